@@ -1,0 +1,72 @@
+//! The type-traits table: for each computable ggml type, its block geometry,
+//! the activation type its dot product takes, and the functions that work on
+//! it. Everything above the kernels (matvec, quantize tool, models) goes
+//! through this table instead of matching on types itself.
+//!
+//! All functions work on raw little-endian block bytes as stored in GGUF, so
+//! tensor views from a memory map are used in place. Rows must be a whole
+//! number of blocks; slices of the wrong length are a caller bug and panic.
+
+use crate::isa::Isa;
+use crate::quant;
+use gguf::GgmlType;
+
+/// `dot(w, a)`: `w` holds whole blocks of the weight type, `a` the same
+/// number of elements in the activation type (`vec_dot_type`).
+pub type VecDotFn = fn(w: &[u8], a: &[u8]) -> f32;
+/// Dequantize whole blocks into `dst` (`dst.len()` elements).
+pub type ToFloatFn = fn(src: &[u8], dst: &mut [f32]);
+/// Quantize `src` (a whole number of blocks) into `dst` bytes.
+pub type FromFloatFn = fn(src: &[f32], dst: &mut [u8]);
+
+pub struct TypeTraits {
+    pub ty: GgmlType,
+    /// The type activations are quantized to before [`TypeTraits::vec_dot`].
+    pub vec_dot_type: GgmlType,
+    /// Reference dequantizer (bit-identical to ggml's `dequantize_row_*`).
+    pub to_float: ToFloatFn,
+    /// Reference quantizer (ggml's `quantize_row_*_ref`).
+    pub from_float: FromFloatFn,
+    /// Plain scalar dot product: the reference every SIMD variant is tested
+    /// against.
+    pub vec_dot_ref: VecDotFn,
+    /// The fastest dot for an instruction set; returns the scalar one for
+    /// sets the type has no kernel for or the CPU does not support.
+    pub vec_dot_for: fn(Isa) -> VecDotFn,
+}
+
+impl TypeTraits {
+    pub fn block_size(&self) -> usize {
+        self.ty.block_size()
+    }
+    pub fn type_size(&self) -> usize {
+        self.ty.type_size()
+    }
+    /// Bytes of a row of `n` elements (`n` a multiple of the block size).
+    pub fn row_bytes(&self, n: usize) -> usize {
+        debug_assert_eq!(n % self.block_size(), 0);
+        n / self.block_size() * self.type_size()
+    }
+    /// The dot product for the kernel set this process selected.
+    pub fn vec_dot(&self) -> VecDotFn {
+        (self.vec_dot_for)(crate::isa::selected())
+    }
+}
+
+/// The traits of `ty`, or `None` if we cannot compute with it.
+pub fn traits(ty: GgmlType) -> Option<&'static TypeTraits> {
+    use GgmlType::*;
+    Some(match ty {
+        F32 => &quant::f32::TRAITS,
+        // Each type module registers itself here with one line.
+        _ => return None,
+    })
+}
+
+/// Every type [`traits`] knows, in ggml id order.
+pub fn computable_types() -> Vec<GgmlType> {
+    GgmlType::ALL
+        .into_iter()
+        .filter(|t| traits(*t).is_some())
+        .collect()
+}

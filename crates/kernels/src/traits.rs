@@ -58,6 +58,7 @@ pub fn traits(ty: GgmlType) -> Option<&'static TypeTraits> {
     use GgmlType::*;
     Some(match ty {
         F32 => &quant::f32::TRAITS,
+        Q8_K => &quant::q8_k::TRAITS,
         // Each type module registers itself here with one line.
         _ => return None,
     })

@@ -5,6 +5,7 @@
 //! [`crate::traits`].
 
 pub mod f32;
+pub mod q8_k;
 
 #[cfg(test)]
 pub(crate) mod testing;

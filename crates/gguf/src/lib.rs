@@ -1,5 +1,21 @@
-//! GGUF v2/v3 files: reader and writer.
+//! GGUF v2/v3 files: a reader that validates everything a hostile file could
+//! get wrong, with zero-copy tensor views over a memory map, and a writer
+//! whose output the reader reads back byte for byte.
+//!
+//! Layout: [`types`] (ggml tensor types and block geometry), [`value`]
+//! (metadata values and typed getters), [`read`] (header parser), [`file`]
+//! (opening: mmap, `--no-mmap`, `--mlock`), [`write`] (writer), [`error`].
 
+pub mod error;
+pub mod file;
+pub mod read;
 pub mod types;
+pub mod value;
+pub mod write;
 
+pub use error::{Error, ErrorKind, Result};
+pub use file::{GgufFile, OpenOptions};
+pub use read::{parse_header, Header, Limits, TensorInfo, DEFAULT_ALIGNMENT};
 pub use types::{GgmlType, QK_K};
+pub use value::{Metadata, Value, ValueType};
+pub use write::{Builder, TensorSpec, TensorWriter};

@@ -1,0 +1,144 @@
+//! An open GGUF file: the parsed header plus the bytes, memory-mapped by
+//! default so tensor views cost nothing and pages are shared with the OS
+//! cache.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::read::{parse_header, Header, Limits, TensorInfo};
+use crate::value::Metadata;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// How to bring the file into memory.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenOptions {
+    /// Memory-map (default) or read the whole file into memory.
+    pub mmap: bool,
+    /// Lock the pages in RAM (`mlock`), failing clearly if the OS refuses.
+    pub mlock: bool,
+    pub limits: Limits,
+}
+
+impl Default for OpenOptions {
+    fn default() -> OpenOptions {
+        OpenOptions {
+            mmap: true,
+            mlock: false,
+            limits: Limits::default(),
+        }
+    }
+}
+
+pub struct GgufFile {
+    path: PathBuf,
+    /// File-backed map, or (with `mmap: false`) an anonymous map the file
+    /// was read into: one type either way, and both can be `mlock`ed.
+    map: memmap2::Mmap,
+    header: Header,
+}
+
+impl GgufFile {
+    /// Open with the defaults: memory-mapped, not locked.
+    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
+        GgufFile::open_with(path, OpenOptions::default())
+    }
+
+    pub fn open_with(path: impl AsRef<Path>, opts: OpenOptions) -> Result<GgufFile> {
+        let path = path.as_ref().to_path_buf();
+        let err = |kind: ErrorKind| Error::new(&path, kind);
+        let file = File::open(&path).map_err(|e| err(e.into()))?;
+        let meta = file.metadata().map_err(|e| err(e.into()))?;
+        if meta.is_dir() {
+            return Err(err(ErrorKind::IsDirectory));
+        }
+        if meta.len() == 0 {
+            return Err(err(ErrorKind::Empty));
+        }
+        let map = if opts.mmap {
+            // SAFETY: the map is read-only. Another process truncating or
+            // rewriting the file while we run would change what we read (or
+            // SIGBUS); like every mmap-based loader (llama.cpp included) we
+            // accept that, and `--no-mmap` avoids it.
+            unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(|e| err(e.into()))?
+        } else {
+            let len = usize::try_from(meta.len()).map_err(|_| {
+                err(ErrorKind::TooLarge {
+                    what: "file size".into(),
+                    count: meta.len(),
+                    limit: usize::MAX as u64,
+                })
+            })?;
+            let mut anon = memmap2::MmapMut::map_anon(len).map_err(|e| err(e.into()))?;
+            use std::io::Read;
+            (&file).read_exact(&mut anon).map_err(|e| err(e.into()))?;
+            anon.make_read_only().map_err(|e| err(e.into()))?
+        };
+        let header = parse_header(&map, opts.limits).map_err(err)?;
+        let f = GgufFile { path, map, header };
+        if opts.mlock {
+            f.mlock()?;
+        }
+        Ok(f)
+    }
+
+    fn mlock(&self) -> Result<()> {
+        self.map.lock().map_err(|source| {
+            Error::new(
+                &self.path,
+                ErrorKind::Mlock {
+                    bytes: self.map.len() as u64,
+                    source,
+                },
+            )
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn version(&self) -> u32 {
+        self.header.version
+    }
+    pub fn metadata(&self) -> &Metadata {
+        &self.header.metadata
+    }
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.header.tensors
+    }
+    pub fn alignment(&self) -> u64 {
+        self.header.alignment
+    }
+    pub fn data_offset(&self) -> u64 {
+        self.header.data_offset
+    }
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+    /// Size of the whole file in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    pub fn tensor_info(&self, name: &str) -> Option<&TensorInfo> {
+        self.header.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// The bytes of a tensor, in place (no copy). Bounds were checked when
+    /// the header was parsed.
+    pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
+        let start = (self.header.data_offset + info.offset) as usize;
+        &self.map[start..start + info.n_bytes as usize]
+    }
+
+    /// A tensor by name, with an error naming it if absent.
+    pub fn tensor(&self, name: &str) -> Result<(&TensorInfo, &[u8])> {
+        let info = self
+            .tensor_info(name)
+            .ok_or_else(|| Error::new(&self.path, ErrorKind::MissingTensor(name.to_string())))?;
+        Ok((info, self.tensor_data(info)))
+    }
+
+    /// Wrap a metadata error with this file's path.
+    pub fn err(&self, kind: ErrorKind) -> Error {
+        Error::new(&self.path, kind)
+    }
+}

@@ -1,1 +1,40 @@
-fn main() {}
+//! `cachefit`: the command-line tool. Thin: each subcommand is a file in
+//! `commands/` over the library crates; errors print their chain and exit 1.
+
+mod commands;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "cachefit", version, about = "CPU-first LLM inference built around the memory hierarchy")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show a GGUF file's metadata, tensor table and totals by type.
+    Inspect(commands::inspect::Args),
+    /// Convert a GGUF model to another tensor type or a llama.cpp-style mix.
+    Quantize(commands::quantize::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(a) => commands::inspect::run(a),
+        Command::Quantize(a) => commands::quantize::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Cross-check our quantizers and dequantizers against the `gguf` Python
+package (PyPI `gguf`, an independent numpy implementation of ggml's formats).
+
+1. Dequantize every tensor of the SmolLM2 Q4_1 model with `cachefit quantize
+   ... F32` and with `gguf.quants.dequantize`: bit-identical f32.
+2. For every type, quantize the model with `cachefit quantize`, dequantize
+   the result both ways: bit-identical f32 for every tensor.
+3. Quantize the f32 model with `cachefit quantize` and with
+   `gguf.quants.quantize` for every type gguf-py implements: byte-identical
+   blocks.
+
+Usage: scripts/check_gguf_py.py --bin target/release/cachefit --model FILE [--types Q4_0,...]
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from gguf import GGUFReader, GGMLQuantizationType as T
+from gguf import quants
+
+ALL_TYPES = ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL",
+             "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "TQ1_0", "TQ2_0"]
+# Types whose quantizer gguf-py implements (besides F32/F16).
+PY_QUANTIZE = {T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.TQ1_0, T.TQ2_0}
+
+
+def run(cmd):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        sys.exit(f"FAILED: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
+
+
+def tensors(path):
+    return {t.name: t for t in GGUFReader(path).tensors}
+
+
+def py_dequant(t):
+    return np.asarray(quants.dequantize(np.asarray(t.data), t.tensor_type), dtype=np.float32).reshape(-1)
+
+
+def ours_f32(t):
+    assert t.tensor_type == T.F32, t.name
+    return np.asarray(t.data, dtype=np.float32).reshape(-1)
+
+
+def compare_dequant(label, quant_path, f32_path):
+    """Every tensor of quant_path, dequantized by gguf-py, equals (bitwise)
+    the same tensor in f32_path (dequantized by cachefit)."""
+    q, f = tensors(quant_path), tensors(f32_path)
+    seen = {}
+    bad = 0
+    for name, t in q.items():
+        ref = py_dequant(t)
+        got = ours_f32(f[name])
+        seen[t.tensor_type.name] = seen.get(t.tensor_type.name, 0) + 1
+        if ref.shape != got.shape or not np.array_equal(ref.view(np.uint32), got.view(np.uint32)):
+            diff = np.flatnonzero(ref.view(np.uint32) != got.view(np.uint32)) if ref.shape == got.shape else []
+            print(f"  MISMATCH {label}: {name} ({t.tensor_type.name}) {len(diff)} elements differ, first at {diff[:5]}")
+            bad += 1
+    kinds = ", ".join(f"{k}×{v}" for k, v in sorted(seen.items()))
+    print(f"  dequantize {label}: {len(q)} tensors ({kinds}): {'OK' if bad == 0 else f'{bad} MISMATCHED'}")
+    return bad
+
+
+def compare_quant(label, ours_path, f32_path):
+    """Tensors of ours_path whose type gguf-py can quantize equal (bytewise)
+    gguf-py's quantization of the same f32 data."""
+    o, f = tensors(ours_path), tensors(f32_path)
+    n = bad = 0
+    for name, t in o.items():
+        if t.tensor_type not in PY_QUANTIZE:
+            continue
+        src = ours_f32(f[name]).reshape(f[name].data.shape)
+        ref = np.asarray(quants.quantize(src, t.tensor_type)).view(np.uint8).reshape(-1)
+        got = np.asarray(t.data).view(np.uint8).reshape(-1)
+        n += 1
+        if not np.array_equal(ref, got):
+            diff = np.flatnonzero(ref != got) if ref.shape == got.shape else []
+            print(f"  MISMATCH {label}: {name} ({t.tensor_type.name}) {len(diff)} bytes differ, first at {diff[:5]}")
+            bad += 1
+    print(f"  quantize {label}: {n} tensors compared with gguf.quants.quantize: {'OK' if bad == 0 else f'{bad} MISMATCHED'}")
+    return bad
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--types", default=",".join(ALL_TYPES))
+    a = ap.parse_args()
+    bad = 0
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as d:
+        f32 = os.path.join(d, "model-f32.gguf")
+        run([a.bin, "quantize", a.model, f32, "F32", "--allow-requantize"])
+        bad += compare_dequant("SmolLM2 (as shipped)", a.model, f32)
+        for ty in a.types.split(","):
+            qpath = os.path.join(d, f"model-{ty}.gguf")
+            back = os.path.join(d, f"model-{ty}-f32.gguf")
+            # From the f32 model: not a requantization, and gguf-py can redo it.
+            run([a.bin, "quantize", f32, qpath, ty])
+            run([a.bin, "quantize", qpath, back, "F32", "--allow-requantize"])
+            bad += compare_dequant(ty, qpath, back)
+            bad += compare_quant(ty, qpath, f32)
+            os.remove(back)
+            os.remove(qpath)
+    print(f"gguf-py cross-check: {'all identical' if bad == 0 else f'{bad} tensors differ'} ({time.time() - t0:.0f} s)")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

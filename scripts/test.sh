@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls exactly this).
+# Sets up what it needs on a fresh machine: Python packages for the
+# cross-checks, the test models, the aarch64 target for the NEON check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$SECONDS
+step() { printf '\n=== %s (%ds) ===\n' "$*" $((SECONDS - start)); }
+
+step "set-up"
+python3 -m pip install --quiet --disable-pip-version-check "gguf==0.19.0" "numpy>=1.26" 2>&1 | grep -v "Running pip as the 'root'" || true
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+models="$(scripts/fetch-models.sh)"
+export CACHEFIT_MODELS="$models"
+# Tests that need a model fail instead of skipping.
+export CACHEFIT_REQUIRE_MODELS=1
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "cargo test"
+cargo test --workspace --quiet 2>&1 | tee target/test.log | grep -E "^(test result|running|failures|---- )|panicked|FAILED" || true
+if grep -qE "FAILED|panicked|error(\[|:)" target/test.log; then
+    cat target/test.log | tail -80
+    echo "cargo test failed" >&2
+    exit 1
+fi
+
+step "binaries under every kernel set"
+cargo build --release --quiet -p cachefit
+for k in scalar avx2 avx512; do
+    CACHEFIT_KERNELS=$k cargo test --workspace --quiet --test '*' >/dev/null 2>&1 \
+        || { echo "integration tests failed with CACHEFIT_KERNELS=$k" >&2; CACHEFIT_KERNELS=$k cargo test --workspace --quiet --test '*' 2>&1 | tail -40; exit 1; }
+done
+
+step "cross-check against the gguf Python package"
+python3 scripts/check_gguf_py.py --bin target/release/cachefit --model "$models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+step "aarch64 (NEON) check"
+if rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1; then
+    cargo check --quiet -p cachefit-kernels --target aarch64-unknown-linux-gnu
+else
+    echo "*** NOTE: could not install the aarch64 target; NEON code not checked ***"
+fi
+
+step "fuzz the GGUF header parser (60 s, nightly + cargo-fuzz)"
+if cargo +nightly --version >/dev/null 2>&1; then
+    command -v cargo-fuzz >/dev/null 2>&1 || cargo install --quiet --locked cargo-fuzz
+    mkdir -p fuzz/corpus/gguf_header
+    (cd fuzz && cargo +nightly fuzz run gguf_header corpus/gguf_header seeds -- -max_total_time=60 -rss_limit_mb=2048 2>&1 | tail -3)
+else
+    echo "*** NOTE: no nightly toolchain; fuzzing skipped ***"
+fi
+
+step "AddressSanitizer over the kernel and GGUF tests (nightly)"
+if cargo +nightly --version >/dev/null 2>&1; then
+    RUSTFLAGS="-Zsanitizer=address" CARGO_TARGET_DIR=target/asan \
+        cargo +nightly test --quiet --target x86_64-unknown-linux-gnu -p cachefit-gguf -p cachefit-kernels --lib --tests 2>&1 | grep -E "^test result|ERROR|FAILED" 
+    test "${PIPESTATUS[0]}" -eq 0
+else
+    echo "*** NOTE: no nightly toolchain; AddressSanitizer run skipped ***"
+fi
+
+step "done"
+# One closing line for CI's reader, summed over every cargo test binary.
+awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "cargo test: %d passed, %d failed, %d skipped\n", p, f, i }' target/test.log

@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "cachefit", version, about = "CPU-first LLM inference built around the memory hierarchy")]
+#[command(
+    name = "cachefit",
+    version,
+    about = "CPU-first LLM inference built around the memory hierarchy"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

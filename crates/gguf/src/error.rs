@@ -64,7 +64,8 @@ pub enum ErrorKind {
 #[error("{}: {kind}", path.display())]
 pub struct Error {
     pub path: PathBuf,
-    #[source]
+    /// Not a `#[source]`: its text is already in this error's message, and
+    /// a chain printer would repeat it.
     pub kind: ErrorKind,
 }
 

@@ -55,10 +55,19 @@ fn quantize_and_dequantize_match_ggml_for_every_type() {
             .filter(|(a, b)| a.to_bits() != b.to_bits())
             .count();
         if n_diff != 0 {
-            failures.push(format!("{ty}: dequantized floats differ from ggml's in {n_diff} elements"));
+            failures.push(format!(
+                "{ty}: dequantized floats differ from ggml's in {n_diff} elements"
+            ));
         }
         checked.push(ty.name());
     }
-    assert!(checked.len() >= 15 || !failures.is_empty(), "fixture has too few types: {checked:?}");
-    assert!(failures.is_empty(), "checked {checked:?}; failures:\n{}", failures.join("\n"));
+    assert!(
+        checked.len() >= 15 || !failures.is_empty(),
+        "fixture has too few types: {checked:?}"
+    );
+    assert!(
+        failures.is_empty(),
+        "checked {checked:?}; failures:\n{}",
+        failures.join("\n")
+    );
 }

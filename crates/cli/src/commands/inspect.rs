@@ -91,7 +91,13 @@ pub fn run(args: Args) -> Result<()> {
         f.data_offset()
     );
     println!("\nmetadata:");
-    let kw = f.metadata().entries().iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let kw = f
+        .metadata()
+        .entries()
+        .iter()
+        .map(|(k, _)| k.len())
+        .max()
+        .unwrap_or(0);
     for (k, v) in f.metadata().entries() {
         let shown = if args.full {
             format!("{v:?}")
@@ -101,7 +107,13 @@ pub fn run(args: Args) -> Result<()> {
         println!("  {k:<kw$}  {:<16}  {shown}", v.type_description());
     }
     println!("\ntensors:");
-    let nw = f.tensors().iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+    let nw = f
+        .tensors()
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
     println!(
         "  {:<nw$}  {:<7}  {:<22}  {:>12}  {:>12}",
         "name", "type", "shape", "bytes", "offset"
@@ -159,7 +171,10 @@ fn value_json(v: &Value, full: bool) -> serde_json::Value {
         Value::Array(_, items) => {
             const SHOWN: usize = 16;
             if full || items.len() <= SHOWN {
-                json!(items.iter().map(|i| value_json(i, full)).collect::<Vec<_>>())
+                json!(items
+                    .iter()
+                    .map(|i| value_json(i, full))
+                    .collect::<Vec<_>>())
             } else {
                 json!({
                     "len": items.len(),

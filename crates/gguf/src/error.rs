@@ -37,7 +37,7 @@ pub enum ErrorKind {
     TooDeep { what: String, limit: usize },
     #[error("duplicate metadata key `{0}`")]
     DuplicateKey(String),
-    #[error("metadata key `general.alignment`: {0} is not a power of two")]
+    #[error("metadata key `general.alignment`: {0} is not a power of two that is a multiple of 8 (as the GGUF spec requires)")]
     BadAlignment(u64),
     #[error("tensor `{name}`: {problem}")]
     Tensor { name: String, problem: String },

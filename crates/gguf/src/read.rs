@@ -255,11 +255,13 @@ pub fn parse_header(buf: &[u8], limits: Limits) -> Result<Header, ErrorKind> {
         metadata.push_unique(key, value)?;
     }
 
+    // At least 8 (the spec's rule), which also guarantees every tensor's
+    // data is aligned for the block structs the kernels cast it to.
     let alignment = match metadata.get("general.alignment") {
         None => DEFAULT_ALIGNMENT,
         Some(_) => {
             let a = metadata.get_u64("general.alignment")?;
-            if a == 0 || !a.is_power_of_two() {
+            if !a.is_power_of_two() || a < 8 {
                 return Err(ErrorKind::BadAlignment(a));
             }
             a

@@ -83,7 +83,7 @@ impl Builder {
             None => Ok(DEFAULT_ALIGNMENT),
             Some(_) => {
                 let a = self.metadata.get_u64("general.alignment")?;
-                if a == 0 || !a.is_power_of_two() {
+                if !a.is_power_of_two() || a < 8 {
                     return Err(ErrorKind::BadAlignment(a));
                 }
                 Ok(a)

@@ -244,6 +244,11 @@ fn tensor_shapes_offsets_and_alignment() {
     assert!(err_of(&b).contains("24 is not a power of two"));
     let mut b = header_prefix(0, 1);
     put_str(&mut b, "general.alignment");
+    b.extend_from_slice(&4u32.to_le_bytes());
+    b.extend_from_slice(&4u32.to_le_bytes());
+    assert!(err_of(&b).contains("4 is not a power of two that is a multiple of 8"));
+    let mut b = header_prefix(0, 1);
+    put_str(&mut b, "general.alignment");
     b.extend_from_slice(&8u32.to_le_bytes());
     put_str(&mut b, "x");
     let e = err_of(&b);

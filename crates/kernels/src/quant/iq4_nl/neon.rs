@@ -1,0 +1,28 @@
+//! AArch64 NEON dot for IQ4_NL · Q8_0 (baseline NEON: `tbl` lookup, widening
+//! multiply). Integer sums are exact and the float accumulation mirrors
+//! [`super::vec_dot_ref`], so the result is identical to it.
+
+use super::{BlockIq4Nl, KVALUES};
+use crate::quant::q8_0::neon::{dot16_i8, load_i8x16};
+use crate::quant::q8_0::BlockQ8_0;
+use core::arch::aarch64::*;
+
+/// # Safety
+/// The CPU must support NEON (every AArch64 CPU does).
+#[target_feature(enable = "neon")]
+pub unsafe fn vec_dot(x: &[BlockIq4Nl], y: &[BlockQ8_0]) -> f32 {
+    assert_eq!(x.len(), y.len());
+    let table = load_i8x16(&KVALUES);
+    let mask = vdupq_n_u8(0x0f);
+    let mut sum = 0.0f32;
+    for (a, b) in x.iter().zip(y) {
+        // SAFETY: `a.qs` is 16 readable bytes; NEON loads need no alignment.
+        let q = unsafe { vld1q_u8(a.qs.as_ptr()) };
+        let lo = vqtbl1q_s8(table, vandq_u8(q, mask));
+        let hi = vqtbl1q_s8(table, vshrq_n_u8::<4>(q));
+        let acc = dot16_i8(vdupq_n_s32(0), lo, load_i8x16(&b.qs[..16]));
+        let acc = dot16_i8(acc, hi, load_i8x16(&b.qs[16..]));
+        sum += b.d.to_f32() * a.d.to_f32() * vaddvq_s32(acc) as f32;
+    }
+    sum
+}

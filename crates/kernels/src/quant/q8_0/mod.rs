@@ -1,0 +1,170 @@
+//! Q8_0: 32 int8 values with one f16 scale. Both a weight type and the
+//! activation type (`vec_dot_type`) of every legacy block type (Q4_0, Q4_1,
+//! Q5_0, Q5_1, Q8_0, IQ4_NL), so this module also hosts the x86 helpers
+//! those kernels share.
+//!
+//! The SIMD dots assume activation quants lie in [-127, 127], which is all
+//! [`quantize_row`] produces (it scales the block maximum to exactly 127).
+//! The x86 kernels are exact for -128 too; only the AVX2 sign trick is not.
+
+use crate::isa::Isa;
+use crate::traits::{TypeTraits, VecDotFn};
+use bytemuck::{Pod, Zeroable};
+use gguf::GgmlType;
+use half::f16;
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86;
+
+#[cfg(test)]
+pub(crate) mod legacy_tests;
+
+pub const QK8_0: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable, Debug, PartialEq)]
+pub struct BlockQ8_0 {
+    pub d: f16,
+    pub qs: [i8; QK8_0],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 2 + QK8_0);
+
+pub const TRAITS: TypeTraits = TypeTraits {
+    ty: GgmlType::Q8_0,
+    vec_dot_type: GgmlType::Q8_0,
+    to_float: |src, dst| dequantize_row(bytemuck::cast_slice(src), dst),
+    from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
+    vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
+    vec_dot_for,
+};
+
+/// `quantize_row_q8_0_ref`: scale so the largest magnitude maps to 127,
+/// round half away from zero.
+pub fn quantize_row(x: &[f32], y: &mut [BlockQ8_0]) {
+    assert_eq!(x.len(), y.len() * QK8_0);
+    for (xb, yb) in x.chunks_exact(QK8_0).zip(y.iter_mut()) {
+        let amax = xb
+            .iter()
+            .fold(0.0f32, |m, v| if v.abs() > m { v.abs() } else { m });
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        yb.d = f16::from_f32(d);
+        for (q, &v) in yb.qs.iter_mut().zip(xb) {
+            *q = (v * id).round() as i8;
+        }
+    }
+}
+
+pub fn dequantize_row(x: &[BlockQ8_0], y: &mut [f32]) {
+    assert_eq!(y.len(), x.len() * QK8_0);
+    for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK8_0)) {
+        let d = xb.d.to_f32();
+        for (o, &q) in yb.iter_mut().zip(&xb.qs) {
+            *o = q as f32 * d;
+        }
+    }
+}
+
+/// Integer dot of one block's quants.
+#[inline]
+pub fn block_dot(x: &[i8; QK8_0], y: &[i8; QK8_0]) -> i32 {
+    x.iter().zip(y).map(|(&a, &b)| a as i32 * b as i32).sum()
+}
+
+/// ggml's `ggml_vec_dot_q8_0_q8_0_generic`.
+pub fn vec_dot_ref(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+    assert_eq!(x.len(), y.len());
+    let mut sum = 0.0f32;
+    for (a, b) in x.iter().zip(y) {
+        sum += block_dot(&a.qs, &b.qs) as f32 * (a.d.to_f32() * b.d.to_f32());
+    }
+    sum
+}
+
+fn vec_dot_for(isa: Isa) -> VecDotFn {
+    // SAFETY: the soundness invariant of all dispatch: a kernel compiled
+    // with `#[target_feature]` is handed out only for an `isa` whose
+    // `is_supported()` is true on this CPU; the closures below are reachable
+    // only through this function.
+    if !isa.is_supported() {
+        return TRAITS.vec_dot_ref;
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            |w, a| unsafe { x86::vec_dot_avx512(bytemuck::cast_slice(w), bytemuck::cast_slice(a)) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            |w, a| unsafe { x86::vec_dot_avx2(bytemuck::cast_slice(w), bytemuck::cast_slice(a)) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => {
+            |w, a| unsafe { neon::vec_dot(bytemuck::cast_slice(w), bytemuck::cast_slice(a)) }
+        }
+        _ => TRAITS.vec_dot_ref,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::legacy_tests::*;
+    use super::*;
+
+    /// Largest |x - dequant(x)| in a block: half a step, plus the f16
+    /// rounding of the scale times the largest quant.
+    fn max_err(xb: &[f32]) -> f32 {
+        let d = amax(xb) / 127.0;
+        0.5 * d + 127.0 * f16_err(d)
+    }
+
+    #[test]
+    fn round_trip_within_half_a_step() {
+        check_round_trip(&TRAITS, max_err);
+    }
+
+    #[test]
+    fn known_block() {
+        // max 127 -> d = 1 exactly; 2.5 rounds away from zero to 3, -0.5 to -1.
+        let mut x = [0.0f32; 32];
+        x[0] = 127.0;
+        x[1] = 2.5;
+        x[2] = -0.5;
+        x[3] = -127.0;
+        x[4] = 0.49;
+        let mut q = [BlockQ8_0::zeroed()];
+        quantize_row(&x, &mut q);
+        assert_eq!(q[0].d, f16::ONE);
+        assert_eq!(&q[0].qs[..6], &[127, 3, -1, -127, 0, 0]);
+        // All zeros: scale 0, quants 0, no NaN.
+        quantize_row(&[0.0; 32], &mut q);
+        assert_eq!(q[0], BlockQ8_0::zeroed());
+    }
+
+    #[test]
+    fn ggml_bounds() {
+        check_ggml_bounds(&TRAITS);
+    }
+
+    #[test]
+    fn dot_ref_matches_dequantized() {
+        check_dot_ref_matches_dequantized(&TRAITS, false);
+    }
+
+    #[test]
+    fn simd_matches_ref() {
+        check_simd_matches_ref(&TRAITS, false);
+    }
+
+    #[test]
+    fn exact_with_minus_128_activations() {
+        check_full_range_activations(&TRAITS, false, true);
+    }
+
+    #[test]
+    fn deterministic() {
+        check_deterministic(&TRAITS);
+    }
+}

@@ -58,7 +58,22 @@ pub fn traits(ty: GgmlType) -> Option<&'static TypeTraits> {
     use GgmlType::*;
     Some(match ty {
         F32 => &quant::f32::TRAITS,
+        F16 => &quant::f16::TRAITS,
+        BF16 => &quant::bf16::TRAITS,
+        Q4_0 => &quant::q4_0::TRAITS,
+        Q4_1 => &quant::q4_1::TRAITS,
+        Q5_0 => &quant::q5_0::TRAITS,
+        Q5_1 => &quant::q5_1::TRAITS,
+        IQ4_NL => &quant::iq4_nl::TRAITS,
+        Q8_0 => &quant::q8_0::TRAITS,
+        Q2_K => &quant::q2_k::TRAITS,
+        Q3_K => &quant::q3_k::TRAITS,
+        Q4_K => &quant::q4_k::TRAITS,
+        Q5_K => &quant::q5_k::TRAITS,
+        Q6_K => &quant::q6_k::TRAITS,
         Q8_K => &quant::q8_k::TRAITS,
+        TQ1_0 => &quant::tq1_0::TRAITS,
+        TQ2_0 => &quant::tq2_0::TRAITS,
         // Each type module registers itself here with one line.
         _ => return None,
     })

@@ -166,7 +166,7 @@ impl GgmlType {
             Q5_0 => 2 + 4 + 16,
             Q5_1 => 2 + 2 + 4 + 16,
             Q8_0 => 2 + 32,
-            Q8_1 => 4 + 4 + 32,
+            Q8_1 => 2 + 2 + 32,
             Q2_K => 2 + 2 + K / 16 + K / 4,
             Q3_K => 2 + K / 4 + K / 8 + 12,
             Q4_K => 2 + 2 + K / 2 + 12,
@@ -240,5 +240,7 @@ mod tests {
         assert_eq!(GgmlType::Q2_K.type_size(), 84);
         assert_eq!(GgmlType::Q3_K.type_size(), 110);
         assert_eq!(GgmlType::Q5_K.type_size(), 176);
+        // ggml-common.h: two halves + 32 int8 (gguf-py says 40; ggml decides).
+        assert_eq!(GgmlType::Q8_1.type_size(), 36);
     }
 }

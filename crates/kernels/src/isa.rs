@@ -114,7 +114,9 @@ impl std::error::Error for ForceError {}
 pub fn resolve(requested: Option<&str>) -> Result<Isa, ForceError> {
     match requested {
         None => Ok(Isa::detect()),
-        Some(s) if s.trim().is_empty() || s.trim().eq_ignore_ascii_case("auto") => Ok(Isa::detect()),
+        Some(s) if s.trim().is_empty() || s.trim().eq_ignore_ascii_case("auto") => {
+            Ok(Isa::detect())
+        }
         Some(s) => {
             let isa = Isa::from_name(s).ok_or_else(|| ForceError::Unknown(s.to_string()))?;
             if isa.is_supported() {
@@ -164,6 +166,9 @@ mod tests {
         assert_eq!(resolve(Some("auto")), Ok(Isa::detect()));
         assert!(matches!(resolve(Some("sse9")), Err(ForceError::Unknown(_))));
         #[cfg(target_arch = "x86_64")]
-        assert_eq!(resolve(Some("neon")), Err(ForceError::Unsupported(Isa::Neon)));
+        assert_eq!(
+            resolve(Some("neon")),
+            Err(ForceError::Unsupported(Isa::Neon))
+        );
     }
 }

@@ -13,7 +13,10 @@
 //!
 //! Nothing here knows about models.
 
+pub mod bandwidth;
 pub mod isa;
+pub mod matvec;
+pub mod pool;
 pub mod quant;
 pub mod traits;
 

@@ -7,13 +7,13 @@
 pub mod bf16;
 pub mod f16;
 pub mod f32;
+pub mod iq4_nl;
 pub mod k_common;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
-pub mod q4_k;
-pub mod iq4_nl;
 pub mod q4_1;
+pub mod q4_k;
 pub mod q5_0;
 pub mod q5_1;
 pub mod q5_k;

@@ -74,7 +74,11 @@ pub fn vec_dot_ref(x: &[BlockQ8K], y: &[BlockQ8K]) -> f32 {
     assert_eq!(x.len(), y.len());
     let mut sum = 0.0f32;
     for (a, b) in x.iter().zip(y) {
-        let s: i32 = a.qs.iter().zip(&b.qs).map(|(&p, &q)| p as i32 * q as i32).sum();
+        let s: i32 =
+            a.qs.iter()
+                .zip(&b.qs)
+                .map(|(&p, &q)| p as i32 * q as i32)
+                .sum();
         sum += a.d * b.d * s as f32;
     }
     sum
@@ -91,7 +95,15 @@ mod tests {
 
     #[test]
     fn nearest_int_matches_round_half_even() {
-        for (x, r) in [(0.5f32, 0), (1.5, 2), (2.5, 2), (-0.5, 0), (-1.5, -2), (126.7, 127), (-127.0, -127)] {
+        for (x, r) in [
+            (0.5f32, 0),
+            (1.5, 2),
+            (2.5, 2),
+            (-0.5, 0),
+            (-1.5, -2),
+            (126.7, 127),
+            (-127.0, -127),
+        ] {
             assert_eq!(nearest_int(x), r, "{x}");
         }
     }

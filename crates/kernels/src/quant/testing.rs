@@ -29,10 +29,16 @@ pub fn extreme_rows(n: usize) -> Vec<Vec<f32>> {
         vec![0.0; n],
         vec![1.0; n],
         vec![-3.5; n],
-        (0..n).map(|i| if i == n / 2 { 1e4 } else { 1e-3 }).collect(),
-        (0..n).map(|i| if i % 2 == 0 { 65000.0 } else { -65000.0 }).collect(),
+        (0..n)
+            .map(|i| if i == n / 2 { 1e4 } else { 1e-3 })
+            .collect(),
+        (0..n)
+            .map(|i| if i % 2 == 0 { 65000.0 } else { -65000.0 })
+            .collect(),
         (0..n).map(|i| (i as f32) * 1e-7).collect(),
-        (0..n).map(|i| if i % 7 == 0 { -1.0 } else { 0.25 }).collect(),
+        (0..n)
+            .map(|i| if i % 7 == 0 { -1.0 } else { 0.25 })
+            .collect(),
     ]
 }
 

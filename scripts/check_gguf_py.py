@@ -115,7 +115,9 @@ def main():
             qpath = os.path.join(d, f"model-{ty}.gguf")
             back = os.path.join(d, f"model-{ty}-f32.gguf")
             # From the f32 model: not a requantization, and gguf-py can redo it.
-            run([a.bin, "quantize", f32, qpath, ty])
+            # --pure: the type itself on every tensor it fits (a name like Q2_K
+            # alone means llama.cpp's mix, which may not use that type at all).
+            run([a.bin, "quantize", f32, qpath, ty, "--pure"])
             run([a.bin, "quantize", qpath, back, "F32", "--allow-requantize"])
             max_layer = a.layers or None
             bad += compare_dequant(ty, qpath, back, max_layer)

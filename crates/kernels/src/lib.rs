@@ -16,6 +16,7 @@
 pub mod bandwidth;
 pub mod isa;
 pub mod matvec;
+pub mod ops;
 pub mod pool;
 pub mod quant;
 pub mod traits;

@@ -1,0 +1,22 @@
+//! Models: what a GGUF file's metadata says about the network
+//! ([`ModelConfig`]), its tensors bound in place ([`Weights`]), and the
+//! forward pass over a preallocated f16 KV cache ([`State`], [`forward`]).
+//!
+//! Supported architectures: `llama` (Llama 2/3, TinyLlama, Mistral,
+//! SmolLM2), `qwen2` (q/k/v biases) and `qwen3` (per-head q/k RMSNorm).
+//! They differ in a few flags on [`ModelConfig`], not in separate code paths.
+//!
+//! Prefill runs the prompt one token at a time through the decode path:
+//! correct and simple, not yet batched.
+
+mod config;
+mod error;
+mod forward;
+mod memory;
+mod weights;
+
+pub use config::{Arch, ModelConfig, SUPPORTED_ARCHS};
+pub use error::Error;
+pub use forward::{forward, State};
+pub use memory::{mem_available, MemoryEstimate};
+pub use weights::{LayerWeights, Weights};

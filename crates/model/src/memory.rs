@@ -1,0 +1,97 @@
+//! How much memory a model needs before we allocate it, against what the
+//! OS says is available.
+
+use crate::config::ModelConfig;
+use crate::Error;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryEstimate {
+    /// Tensor bytes of the file (mapped or read).
+    pub weights: u64,
+    /// f16 K and V for every layer and position.
+    pub kv_cache: u64,
+    /// Activations, logits and per-token buffers.
+    pub scratch: u64,
+}
+
+impl MemoryEstimate {
+    pub fn new(cfg: &ModelConfig, weights_bytes: u64, n_ctx: usize) -> MemoryEstimate {
+        let kv_cache = 2 * cfg.n_layers as u64 * n_ctx as u64 * cfg.kv_dim() as u64 * 2;
+        let floats = 3 * cfg.dim
+            + 2 * cfg.q_dim()
+            + 2 * cfg.kv_dim()
+            + 2 * cfg.ffn_dim
+            + cfg.vocab_size
+            + cfg.n_heads * (n_ctx + 2 * cfg.head_dim)
+            + cfg.rope.n_rot;
+        // Plus the quantized activation (at most ~1.1 bytes per input float).
+        let scratch = floats as u64 * 4 + 2 * cfg.dim.max(cfg.ffn_dim).max(cfg.q_dim()) as u64;
+        MemoryEstimate {
+            weights: weights_bytes,
+            kv_cache,
+            scratch,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv_cache + self.scratch
+    }
+
+    /// Error if the total exceeds `available` bytes.
+    pub fn check(&self, available: u64) -> Result<(), Error> {
+        if self.total() <= available {
+            return Ok(());
+        }
+        Err(Error::OutOfMemory {
+            need: human(self.total()),
+            weights: human(self.weights),
+            kv: human(self.kv_cache),
+            scratch: human(self.scratch),
+            available: human(available),
+        })
+    }
+}
+
+/// `MemAvailable` from `/proc/meminfo`, in bytes (`None` where there is no
+/// such file, e.g. not Linux).
+pub fn mem_available() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_meminfo(&s)
+}
+
+fn parse_meminfo(s: &str) -> Option<u64> {
+    let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+pub(crate) fn human(b: u64) -> String {
+    if b >= 1 << 30 {
+        format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meminfo_and_check() {
+        let s = "MemTotal:       24000000 kB\nMemAvailable:    1000 kB\n";
+        assert_eq!(parse_meminfo(s), Some(1000 * 1024));
+        assert_eq!(parse_meminfo("MemTotal: 1 kB\n"), None);
+        let e = MemoryEstimate {
+            weights: 3 << 30,
+            kv_cache: 1 << 30,
+            scratch: 1 << 20,
+        };
+        assert!(e.check(5 << 30).is_ok());
+        let msg = e.check(2 << 30).unwrap_err().to_string();
+        assert!(
+            msg.contains("4.00 GiB") && msg.contains("2.00 GiB"),
+            "{msg}"
+        );
+    }
+}

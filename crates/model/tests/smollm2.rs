@@ -1,0 +1,82 @@
+//! The forward pass on the real SmolLM2-135M-Instruct Q4_1.
+
+use gguf::GgufFile;
+use kernels::pool::ThreadPool;
+use model::{forward, ModelConfig, State, Weights};
+
+/// Greedy continuation of `prompt`, `n` tokens, on `threads` threads.
+fn greedy(file: &GgufFile, prompt: &str, n: usize, threads: usize) -> (Vec<u32>, String) {
+    let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
+    let w = Weights::from_gguf(file, &cfg).unwrap();
+    let vocab = tokenize::Vocab::from_gguf(file.metadata()).unwrap();
+    let pool = ThreadPool::new(threads);
+    let mut state = State::new(&cfg, &w, 64);
+    let toks = vocab.encode(prompt, true, true);
+    let mut logits = Vec::new();
+    for (pos, &t) in toks.iter().enumerate() {
+        logits = forward(&cfg, &w, &mut state, &pool, t, pos).to_vec();
+    }
+    let mut out = Vec::new();
+    for i in 0..n {
+        let next = kernels::ops::argmax(&logits).unwrap() as u32;
+        out.push(next);
+        logits = forward(&cfg, &w, &mut state, &pool, next, toks.len() + i).to_vec();
+    }
+    let text = vocab.decode(&out);
+    (out, text)
+}
+
+#[test]
+fn config_and_weights_bind() {
+    let Some(path) = testkit::model(testkit::SMOLLM2_Q4_1) else {
+        return;
+    };
+    let file = GgufFile::open(&path).unwrap();
+    let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
+    assert_eq!((cfg.n_layers, cfg.dim, cfg.n_kv_heads), (30, 576, 3));
+    assert_eq!(cfg.vocab_size, 49152);
+    let w = Weights::from_gguf(&file, &cfg).unwrap();
+    assert!(w.tied_output, "SmolLM2 ties output to token_embd");
+    assert_eq!(w.layers.len(), 30);
+    // Zero-copy: the matrices point into the file's mapping.
+    let (_, bytes) = file.tensor("blk.0.attn_q.weight").unwrap();
+    assert_eq!(w.layers[0].wq.data().as_ptr(), bytes.as_ptr());
+}
+
+#[test]
+fn capital_of_france_is_paris_and_threads_agree() {
+    let Some(path) = testkit::model(testkit::SMOLLM2_Q4_1) else {
+        return;
+    };
+    let file = GgufFile::open(&path).unwrap();
+    let (t1, text) = greedy(&file, "The capital of France is", 8, 1);
+    assert!(text.contains("Paris"), "{text:?}");
+    let (t2, _) = greedy(&file, "The capital of France is", 8, 2);
+    assert_eq!(t1, t2, "1 vs 2 threads");
+}
+
+/// Past the position where attention is spread over the pool, logits are
+/// still bit-identical across thread counts.
+#[test]
+fn long_context_logits_identical_across_threads() {
+    let Some(path) = testkit::model(testkit::SMOLLM2_Q4_1) else {
+        return;
+    };
+    let file = GgufFile::open(&path).unwrap();
+    let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
+    let w = Weights::from_gguf(&file, &cfg).unwrap();
+    let tokens: Vec<u32> = (0..140u32).map(|i| 100 + (i * 37) % 5000).collect();
+    let run = |threads: usize| {
+        let pool = ThreadPool::new(threads);
+        let mut state = State::new(&cfg, &w, 160);
+        let mut out = Vec::new();
+        for (pos, &t) in tokens.iter().enumerate() {
+            let logits = forward(&cfg, &w, &mut state, &pool, t, pos);
+            if pos % 10 == 9 {
+                out.push(logits.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            }
+        }
+        out
+    };
+    assert!(run(1) == run(3), "logits differ between 1 and 3 threads");
+}

@@ -1,0 +1,313 @@
+//! Tiny random F32 models of each architecture, written to a temporary
+//! GGUF file, against a naive f64 forward pass written here from the
+//! papers' formulas: checks the qwen2 biases, the qwen3 q/k norms, both
+//! RoPE layouts, GQA and a head size other than dim / n_heads.
+
+use gguf::{Builder, GgmlType, GgufFile, Metadata, TensorSpec, Value};
+use kernels::pool::ThreadPool;
+use model::{forward, ModelConfig, State, Weights};
+use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
+
+const DIM: usize = 64;
+const FFN: usize = 96;
+const HEADS: usize = 4;
+const KV_HEADS: usize = 2;
+const VOCAB: usize = 50;
+
+struct Tiny {
+    arch: &'static str,
+    head_dim: usize,
+    tensors: HashMap<String, (Vec<u64>, Vec<f32>)>,
+}
+
+impl Tiny {
+    fn new(arch: &'static str, head_dim: usize, seed: u64) -> Tiny {
+        let mut r = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut t = HashMap::new();
+        let mut add = |name: String, dims: Vec<u64>, scale: f32, offset: f32| {
+            let n = dims.iter().product::<u64>() as usize;
+            let data = (0..n)
+                .map(|_| offset + r.gen_range(-scale..scale))
+                .collect();
+            t.insert(name, (dims, data));
+        };
+        let (q, kv) = (HEADS * head_dim, KV_HEADS * head_dim);
+        add(
+            "token_embd.weight".into(),
+            vec![DIM as u64, VOCAB as u64],
+            1.0,
+            0.0,
+        );
+        add("output_norm.weight".into(), vec![DIM as u64], 0.2, 1.0);
+        for i in 0..2 {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            let d = DIM as u64;
+            add(n("attn_norm.weight"), vec![d], 0.2, 1.0);
+            add(n("attn_q.weight"), vec![d, q as u64], 0.3, 0.0);
+            add(n("attn_k.weight"), vec![d, kv as u64], 0.3, 0.0);
+            add(n("attn_v.weight"), vec![d, kv as u64], 0.3, 0.0);
+            add(n("attn_output.weight"), vec![q as u64, d], 0.2, 0.0);
+            add(n("ffn_norm.weight"), vec![d], 0.2, 1.0);
+            add(n("ffn_gate.weight"), vec![d, FFN as u64], 0.2, 0.0);
+            add(n("ffn_up.weight"), vec![d, FFN as u64], 0.2, 0.0);
+            add(n("ffn_down.weight"), vec![FFN as u64, d], 0.2, 0.0);
+            if arch == "qwen2" {
+                add(n("attn_q.bias"), vec![q as u64], 0.5, 0.0);
+                add(n("attn_k.bias"), vec![kv as u64], 0.5, 0.0);
+                add(n("attn_v.bias"), vec![kv as u64], 0.5, 0.0);
+            }
+            if arch == "qwen3" {
+                add(n("attn_q_norm.weight"), vec![head_dim as u64], 0.2, 1.0);
+                add(n("attn_k_norm.weight"), vec![head_dim as u64], 0.2, 1.0);
+            }
+        }
+        if arch == "llama" {
+            add(
+                "output.weight".into(),
+                vec![DIM as u64, VOCAB as u64],
+                0.3,
+                0.0,
+            );
+        }
+        Tiny {
+            arch,
+            head_dim,
+            tensors: t,
+        }
+    }
+
+    fn write(&self, path: &std::path::Path, skip: Option<&str>) {
+        let mut md = Metadata::new();
+        let a = self.arch;
+        md.set("general.architecture", Value::String(a.into()));
+        for (k, v) in [
+            ("block_count", 2),
+            ("context_length", 64),
+            ("embedding_length", DIM),
+            ("feed_forward_length", FFN),
+            ("attention.head_count", HEADS),
+            ("attention.head_count_kv", KV_HEADS),
+            ("attention.key_length", self.head_dim),
+            ("vocab_size", VOCAB),
+        ] {
+            md.set(format!("{a}.{k}"), Value::U32(v as u32));
+        }
+        md.set(format!("{a}.rope.freq_base"), Value::F32(10000.0));
+        md.set(
+            format!("{a}.attention.layer_norm_rms_epsilon"),
+            Value::F32(1e-6),
+        );
+        let mut names: Vec<&String> = self.tensors.keys().collect();
+        names.sort();
+        names.retain(|n| Some(n.as_str()) != skip);
+        let mut b = Builder::new(md);
+        for n in &names {
+            b.add_tensor(TensorSpec {
+                name: n.to_string(),
+                dims: self.tensors[*n].0.clone(),
+                ty: GgmlType::F32,
+            })
+            .unwrap();
+        }
+        let mut w = b
+            .write_header(std::io::BufWriter::new(
+                std::fs::File::create(path).unwrap(),
+            ))
+            .unwrap();
+        for n in &names {
+            w.write_tensor(bytemuck::cast_slice(&self.tensors[*n].1))
+                .unwrap();
+        }
+        w.finish().unwrap();
+    }
+
+    fn get(&self, name: &str) -> Option<&[f32]> {
+        self.tensors.get(name).map(|t| &t.1[..])
+    }
+
+    /// `y = W x` for a ggml-order `[cols, rows]` matrix.
+    fn mv(&self, name: &str, x: &[f64]) -> Vec<f64> {
+        let w = self.get(name).unwrap();
+        w.chunks_exact(x.len())
+            .map(|row| row.iter().zip(x).map(|(&a, &b)| a as f64 * b).sum())
+            .collect()
+    }
+
+    fn norm(&self, x: &[f64], name: &str) -> Vec<f64> {
+        let w = self.get(name).unwrap();
+        let ms = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+        let s = 1.0 / (ms + 1e-6).sqrt();
+        x.iter().zip(w).map(|(v, &w)| v * s * w as f64).collect()
+    }
+
+    fn rope(&self, h: &mut [f64], pos: usize) {
+        let d = self.head_dim;
+        for i in 0..d / 2 {
+            let theta = pos as f64 * 10000f64.powf(-2.0 * i as f64 / d as f64);
+            let (a, b) = if self.arch == "llama" {
+                (2 * i, 2 * i + 1)
+            } else {
+                (i, i + d / 2)
+            };
+            let (x0, x1) = (h[a], h[b]);
+            h[a] = x0 * theta.cos() - x1 * theta.sin();
+            h[b] = x0 * theta.sin() + x1 * theta.cos();
+        }
+    }
+
+    /// Logits after each token of `tokens`, from scratch in f64.
+    fn reference(&self, tokens: &[u32]) -> Vec<Vec<f64>> {
+        let hd = self.head_dim;
+        let mut kc: Vec<Vec<Vec<f64>>> = vec![Vec::new(); 2]; // [layer][pos] (kv_dim,)
+        let mut vc: Vec<Vec<Vec<f64>>> = vec![Vec::new(); 2];
+        let emb = self.get("token_embd.weight").unwrap();
+        let mut out = Vec::new();
+        for (pos, &t) in tokens.iter().enumerate() {
+            let mut x: Vec<f64> = emb[t as usize * DIM..(t as usize + 1) * DIM]
+                .iter()
+                .map(|&v| v as f64)
+                .collect();
+            for l in 0..2 {
+                let n = |s: &str| format!("blk.{l}.{s}");
+                let xb = self.norm(&x, &n("attn_norm.weight"));
+                let mut q = self.mv(&n("attn_q.weight"), &xb);
+                let mut k = self.mv(&n("attn_k.weight"), &xb);
+                let mut v = self.mv(&n("attn_v.weight"), &xb);
+                for (vec, b) in [
+                    (&mut q, "attn_q.bias"),
+                    (&mut k, "attn_k.bias"),
+                    (&mut v, "attn_v.bias"),
+                ] {
+                    if let Some(b) = self.get(&n(b)) {
+                        vec.iter_mut().zip(b).for_each(|(a, &b)| *a += b as f64);
+                    }
+                }
+                for (vec, nn) in [
+                    (&mut q, "attn_q_norm.weight"),
+                    (&mut k, "attn_k_norm.weight"),
+                ] {
+                    if self.get(&n(nn)).is_some() {
+                        for h in vec.chunks_exact_mut(hd) {
+                            let normed = self.norm(h, &n(nn));
+                            h.copy_from_slice(&normed);
+                        }
+                    }
+                }
+                q.chunks_exact_mut(hd).for_each(|h| self.rope(h, pos));
+                k.chunks_exact_mut(hd).for_each(|h| self.rope(h, pos));
+                kc[l].push(k);
+                vc[l].push(v);
+                let mut att = vec![0.0; HEADS * hd];
+                for h in 0..HEADS {
+                    let g = h / (HEADS / KV_HEADS);
+                    let qh = &q[h * hd..(h + 1) * hd];
+                    let scores: Vec<f64> = kc[l]
+                        .iter()
+                        .map(|k| {
+                            qh.iter()
+                                .zip(&k[g * hd..(g + 1) * hd])
+                                .map(|(a, b)| a * b)
+                                .sum::<f64>()
+                                / (hd as f64).sqrt()
+                        })
+                        .collect();
+                    let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+                    let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
+                    for (s, v) in scores.iter().zip(&vc[l]) {
+                        for i in 0..hd {
+                            att[h * hd + i] += (s - m).exp() / z * v[g * hd + i];
+                        }
+                    }
+                }
+                let o = self.mv(&n("attn_output.weight"), &att);
+                x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+                let xb = self.norm(&x, &n("ffn_norm.weight"));
+                let g = self.mv(&n("ffn_gate.weight"), &xb);
+                let u = self.mv(&n("ffn_up.weight"), &xb);
+                let hb: Vec<f64> = g
+                    .iter()
+                    .zip(&u)
+                    .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                    .collect();
+                let d = self.mv(&n("ffn_down.weight"), &hb);
+                x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
+            }
+            let xn = self.norm(&x, "output_norm.weight");
+            let out_name = if self.get("output.weight").is_some() {
+                "output.weight"
+            } else {
+                "token_embd.weight"
+            };
+            out.push(self.mv(out_name, &xn));
+        }
+        out
+    }
+}
+
+#[test]
+fn each_arch_matches_naive_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    for (arch, head_dim) in [("llama", 16), ("qwen2", 16), ("qwen3", 24)] {
+        let tiny = Tiny::new(arch, head_dim, 7);
+        let path = dir.path().join(format!("{arch}.gguf"));
+        tiny.write(&path, None);
+        let file = GgufFile::open(&path).unwrap();
+        let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
+        assert_eq!(cfg.head_dim, head_dim);
+        let w = Weights::from_gguf(&file, &cfg).unwrap();
+        assert_eq!(w.tied_output, arch != "llama");
+        let tokens = [3u32, 17, 42, 0, 49, 8, 8, 21];
+        let want = tiny.reference(&tokens);
+        let mut results = Vec::new();
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            let mut state = State::new(&cfg, &w, 16);
+            let mut got = Vec::new();
+            for (pos, &t) in tokens.iter().enumerate() {
+                got.push(forward(&cfg, &w, &mut state, &pool, t, pos).to_vec());
+            }
+            results.push(got);
+        }
+        assert_eq!(results[0], results[1], "{arch}: 1 vs 2 threads");
+        for (pos, (g, r)) in results[0].iter().zip(&want).enumerate() {
+            let range = r.iter().cloned().fold(f64::MIN, f64::max)
+                - r.iter().cloned().fold(f64::MAX, f64::min);
+            for (i, (&a, &b)) in g.iter().zip(r).enumerate() {
+                // f16 KV cache: ~1e-3 relative.
+                assert!(
+                    (a as f64 - b).abs() <= 5e-3 * range,
+                    "{arch} pos {pos} logit {i}: {a} vs {b} (range {range})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn missing_or_misshapen_tensors_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = Tiny::new("qwen2", 16, 1);
+    let path = dir.path().join("nobias.gguf");
+    tiny.write(&path, Some("blk.1.attn_k.bias"));
+    let file = GgufFile::open(&path).unwrap();
+    let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
+    let e = Weights::from_gguf(&file, &cfg).err().unwrap().to_string();
+    assert!(
+        e.contains("blk.1.attn_k.bias") && e.contains("missing"),
+        "{e}"
+    );
+
+    // Claim a wider FFN than the tensors have.
+    let mut md = file.metadata().clone();
+    md.set("qwen2.feed_forward_length", Value::U32(128));
+    let cfg = ModelConfig::from_gguf(&md).unwrap();
+    let path = dir.path().join("ok.gguf");
+    tiny.write(&path, None);
+    let file = GgufFile::open(&path).unwrap();
+    let e = Weights::from_gguf(&file, &cfg).err().unwrap().to_string();
+    assert!(
+        e.contains("blk.0.ffn_gate.weight") && e.contains("[64, 128]"),
+        "{e}"
+    );
+}

@@ -23,6 +23,8 @@ enum Command {
     Inspect(commands::inspect::Args),
     /// Convert a GGUF model to another tensor type or a llama.cpp-style mix.
     Quantize(commands::quantize::Args),
+    /// Generate text from a prompt, streaming it to stdout.
+    Run(commands::run::Args),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +32,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(a) => commands::inspect::run(a),
         Command::Quantize(a) => commands::quantize::run(a),
+        Command::Run(a) => commands::run::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,202 @@
+//! `cachefit run` through the real binary.
+
+use std::process::Command;
+
+fn cachefit(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cachefit"))
+        .args(args)
+        .output()
+        .expect("run cachefit");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn model() -> Option<String> {
+    testkit::model(testkit::SMOLLM2_Q4_1).map(|p| p.to_str().unwrap().to_string())
+}
+
+#[test]
+fn greedy_continuation_streams_and_reports_timings() {
+    let Some(m) = model() else { return };
+    let p = "The capital of France is";
+    let (ok, out, err) = cachefit(&["run", "-m", &m, "-p", p, "-n", "8", "-t", "2"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Paris"), "{out:?}");
+    assert!(
+        err.contains("prompt eval time") && err.contains("tokens per second"),
+        "{err}"
+    );
+    assert!(err.contains("2 threads"), "{err}");
+
+    // Same tokens on one thread, and with the file read into memory.
+    let (ok, out1, err) = cachefit(&["run", "-m", &m, "-p", p, "-n", "8", "-t", "1", "--no-mmap"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, out1);
+}
+
+#[test]
+fn json_and_prompt_file() {
+    let Some(m) = model() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("prompt.txt");
+    std::fs::write(&f, "The capital of France is").unwrap();
+    let (ok, out, err) = cachefit(&[
+        "run",
+        "-m",
+        &m,
+        "-f",
+        f.to_str().unwrap(),
+        "-n",
+        "6",
+        "--json",
+        "-c",
+        "128",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["text"].as_str().unwrap().contains("Paris"), "{v}");
+    assert_eq!(v["prompt_tokens"], 5);
+    assert_eq!(v["generated_tokens"], 6);
+    assert_eq!(v["stop"], "length");
+    assert_eq!(v["n_ctx"], 128);
+    assert!(v["gen_tok_s"].as_f64().unwrap() > 0.0);
+
+    // Sampling with a seed is reproducible.
+    let args = [
+        "run",
+        "-m",
+        &m,
+        "-p",
+        "Once upon a time",
+        "-n",
+        "12",
+        "--temp",
+        "0.8",
+        "--seed",
+        "42",
+        "--json",
+    ];
+    let (ok, a, err) = cachefit(&args);
+    assert!(ok, "{err}");
+    let (_, b, _) = cachefit(&args);
+    let text = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap()["text"].clone();
+    assert_eq!(text(&a), text(&b));
+}
+
+#[test]
+fn stops_at_end_of_generation_unless_ignored() {
+    let Some(m) = model() else { return };
+    // A chat turn ends with <|im_end|>.
+    let p = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n";
+    let (ok, out, err) = cachefit(&["run", "-m", &m, "-p", p, "-n", "200", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["stop"], "eog", "{v}");
+    assert!(v["generated_tokens"].as_u64().unwrap() < 200);
+    let (ok, out, err) = cachefit(&[
+        "run",
+        "-m",
+        &m,
+        "-p",
+        p,
+        "-n",
+        "40",
+        "--json",
+        "--ignore-eos",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["stop"].as_str(), v["generated_tokens"].as_u64()),
+        (Some("length"), Some(40))
+    );
+}
+
+#[test]
+fn clear_errors() {
+    let Some(m) = model() else { return };
+    let fails = |args: &[&str], want: &str| {
+        let (ok, out, err) = cachefit(args);
+        assert!(!ok, "{args:?} succeeded: {out}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    };
+    fails(&["run", "-m", &m, "-p", ""], "prompt is empty");
+    fails(
+        &["run", "-m", &m, "-p", "x", "-c", "100000"],
+        "larger than the model's context length 8192",
+    );
+    let long = "word ".repeat(100);
+    fails(&["run", "-m", &m, "-p", &long, "-c", "16"], "context of 16");
+    fails(&["run", "-m", &m], "--prompt");
+    fails(
+        &["run", "-m", "/nonexistent.gguf", "-p", "x"],
+        "/nonexistent.gguf",
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(&bad, b"ok \xff\xfe").unwrap();
+    fails(
+        &["run", "-m", &m, "-f", bad.to_str().unwrap()],
+        "not valid UTF-8",
+    );
+
+    // -n 0: nothing generated, says so, succeeds.
+    let (ok, out, err) = cachefit(&["run", "-m", &m, "-p", "Hi", "-n", "0"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.is_empty() && err.contains("nothing to generate"),
+        "{out} {err}"
+    );
+}
+
+#[test]
+fn model_without_tokenizer_or_unknown_arch() {
+    let Some(m) = model() else { return };
+    // The model's metadata without tokenizer keys / with another arch.
+    let src = gguf::GgufFile::open(&m).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, edit, want) in [
+        ("notok.gguf", "tokenizer", "no usable tokenizer"),
+        (
+            "arch.gguf",
+            "arch",
+            "not supported (supported: llama, qwen2, qwen3)",
+        ),
+    ] {
+        let mut md = src.metadata().clone();
+        if edit == "tokenizer" {
+            let keys: Vec<String> = md
+                .entries()
+                .iter()
+                .map(|(k, _)| k.clone())
+                .filter(|k| k.starts_with("tokenizer."))
+                .collect();
+            for k in keys {
+                md.remove(&k);
+            }
+        } else {
+            md.set("general.architecture", gguf::Value::String("mamba".into()));
+        }
+        let out = dir.path().join(name);
+        write_with_metadata(md, &out);
+        let (ok, _, err) = cachefit(&["run", "-m", out.to_str().unwrap(), "-p", "Hi", "-n", "1"]);
+        assert!(!ok);
+        assert!(err.contains(want), "{name}: {err}");
+    }
+}
+
+/// A file with `md` and no tensors: both checks fail before any tensor is
+/// read.
+fn write_with_metadata(md: gguf::Metadata, out: &std::path::Path) {
+    let f = std::fs::File::create(out).unwrap();
+    gguf::Builder::new(md)
+        .write_header(f)
+        .unwrap()
+        .finish()
+        .unwrap();
+}

@@ -25,6 +25,8 @@ enum Command {
     Quantize(commands::quantize::Args),
     /// Generate text from a prompt, streaming it to stdout.
     Run(commands::run::Args),
+    /// Show how the model's tokenizer splits a text.
+    Tokenize(commands::tokenize::Args),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +35,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => commands::inspect::run(a),
         Command::Quantize(a) => commands::quantize::run(a),
         Command::Run(a) => commands::run::run(a),
+        Command::Tokenize(a) => commands::tokenize::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,3 +1,4 @@
 pub mod inspect;
 pub mod quantize;
 pub mod run;
+pub mod tokenize;

@@ -1,0 +1,42 @@
+//! `cachefit tokenize -m FILE [--ids] [--no-special] [--no-parse-special] TEXT`:
+//! the model's tokenization of a text, like llama.cpp's `llama-tokenize`.
+
+use anyhow::{Context, Result};
+use gguf::GgufFile;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// GGUF model whose tokenizer to use.
+    #[arg(short = 'm', long = "model")]
+    pub model: PathBuf,
+    /// Print only the token ids, as a list.
+    #[arg(long)]
+    pub ids: bool,
+    /// Don't add the BOS/EOS tokens the model asks for.
+    #[arg(long)]
+    pub no_special: bool,
+    /// Treat special-token text like `<|im_end|>` as plain text.
+    #[arg(long)]
+    pub no_parse_special: bool,
+    /// Text to tokenize.
+    pub text: String,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let file = GgufFile::open(&args.model)?;
+    let vocab = tokenize::Vocab::from_gguf(file.metadata())
+        .with_context(|| format!("{}: cannot load the tokenizer", args.model.display()))?;
+    let ids = vocab.encode(&args.text, !args.no_special, !args.no_parse_special);
+    if args.ids {
+        let list: Vec<String> = ids.iter().map(u32::to_string).collect();
+        println!("[{}]", list.join(", "));
+        return Ok(());
+    }
+    for id in &ids {
+        let piece = vocab.token_to_piece(*id, true);
+        println!("{id:>7} -> '{}'", String::from_utf8_lossy(piece));
+    }
+    eprintln!("{} tokens", ids.len());
+    Ok(())
+}

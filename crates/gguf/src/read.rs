@@ -57,9 +57,13 @@ impl TensorInfo {
     pub fn n_elements(&self) -> u64 {
         self.dims.iter().product()
     }
-    /// Number of rows (`n_elements / dims[0]`), 1 for a scalar.
+    /// Number of rows (`n_elements / dims[0]`), 1 for a scalar. Saturates
+    /// for an empty tensor whose other dimensions are huge.
     pub fn n_rows(&self) -> u64 {
-        self.dims.iter().skip(1).product()
+        self.dims
+            .iter()
+            .skip(1)
+            .fold(1u64, |a, &d| a.saturating_mul(d))
     }
     pub fn row_len(&self) -> u64 {
         self.dims.first().copied().unwrap_or(1)
@@ -316,10 +320,13 @@ pub fn parse_header(buf: &[u8], limits: Limits) -> Result<Header, ErrorKind> {
                 ty.block_size()
             ))
         })?;
-        let n_rows: u64 = dims.iter().skip(1).product();
         let n_bytes = if n_elements == 0 {
+            // A zero dimension: the other dimensions may be anything, so
+            // their product must not be formed (found by the fuzzer).
             0
         } else {
+            // Bounded by n_elements, which was checked above.
+            let n_rows: u64 = dims.iter().skip(1).product();
             row_bytes
                 .checked_mul(n_rows)
                 .ok_or_else(|| bad(format!("shape {dims:?} overflows the byte size")))?

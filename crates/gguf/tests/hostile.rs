@@ -215,6 +215,21 @@ fn tensor_shapes_offsets_and_alignment() {
     assert!(e.contains("`w`") && e.contains("overflows"), "{e}");
     let e = err_of(&one_tensor("w", &[u64::MAX], 0, 0, 0));
     assert!(e.contains("`w`") && e.contains("overflows"), "{e}");
+    // Regression (fuzzer): a zero dimension next to huge ones is an empty
+    // tensor, not an overflow panic.
+    let h = parse_header(
+        &one_tensor("z", &[0, 1 << 40, 1 << 40], 0, 0, 0),
+        Limits::default(),
+    )
+    .unwrap();
+    assert_eq!((h.tensors[0].n_bytes, h.tensors[0].n_elements()), (0, 0));
+    assert_eq!(h.tensors[0].n_rows(), u64::MAX);
+    let h = parse_header(
+        &one_tensor("z", &[32, 0, u64::MAX, u64::MAX], 2, 0, 0),
+        Limits::default(),
+    )
+    .unwrap();
+    assert_eq!(h.tensors[0].n_rows(), 0);
     let e = err_of(&one_tensor("w", &[1 << 40], 0, 0, 0));
     assert!(e.contains("`w`") && e.contains("past the end"), "{e}");
     let e = err_of(&one_tensor("w", &[33], 2, 0, 64));

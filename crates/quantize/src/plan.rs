@@ -138,7 +138,10 @@ impl PlannedTensor {
         self.dims.first().copied().unwrap_or(1)
     }
     pub fn n_rows(&self) -> u64 {
-        self.dims.iter().skip(1).product()
+        self.dims
+            .iter()
+            .skip(1)
+            .fold(1u64, |a, &d| a.saturating_mul(d))
     }
     pub fn n_elements(&self) -> u64 {
         self.dims.iter().product()

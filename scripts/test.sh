@@ -68,7 +68,13 @@ step "fuzz the GGUF header parser (60 s, nightly + cargo-fuzz)"
 if cargo +nightly --version >/dev/null 2>&1; then
     command -v cargo-fuzz >/dev/null 2>&1 || cargo install --quiet --locked cargo-fuzz
     mkdir -p fuzz/corpus/gguf_header
-    (cd fuzz && cargo +nightly fuzz run gguf_header corpus/gguf_header seeds -- -max_total_time=60 -rss_limit_mb=2048 2>&1 | tail -3)
+    if (cd fuzz && cargo +nightly fuzz run gguf_header corpus/gguf_header seeds -- -max_total_time=60 -rss_limit_mb=2048) > target/fuzz.log 2>&1; then
+        grep -E "^Done" target/fuzz.log
+    else
+        grep -vE "^#[0-9]" target/fuzz.log | tail -60
+        echo "fuzzing found a failure (input saved under fuzz/artifacts/)" >&2
+        exit 1
+    fi
 else
     echo "*** NOTE: no nightly toolchain; fuzzing skipped ***"
 fi

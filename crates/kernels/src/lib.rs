@@ -15,6 +15,7 @@
 
 pub mod bandwidth;
 pub mod isa;
+pub mod matmul;
 pub mod matvec;
 pub mod ops;
 pub mod pool;

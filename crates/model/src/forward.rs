@@ -1,115 +1,194 @@
-//! The forward pass for one token, llama2.c style: every buffer carries its
-//! shape, the loop reads top to bottom.
+//! The forward pass, llama2.c style: every buffer carries its shape, the
+//! loop reads top to bottom. A call takes a batch of `n` tokens at
+//! consecutive positions (prefill) or one (decode); every row below is
+//! `(n, ·)`.
 //!
 //! ```text
-//! x = embed(token)
+//! x = embed(tokens)                                       (n, dim)
 //! for each layer:
 //!     xb = rmsnorm(x) · attn_norm
-//!     q, k, v = Wq·xb (+bq), Wk·xb (+bk), Wv·xb (+bv)     qwen2 biases
-//!     q, k = per-head rmsnorm(q), rmsnorm(k)             qwen3
+//!     q, k, v = xb·Wqᵀ (+bq), xb·Wkᵀ (+bk), xb·Wvᵀ (+bv)    qwen2 biases
+//!     q, k = per-head rmsnorm(q), rmsnorm(k)              qwen3
 //!     q, k = rope(q, pos), rope(k, pos)
-//!     cache[layer][pos] = k, v                           f16
-//!     per head h (kv head h / group): softmax(q·Kᵀ/√d)·V
-//!     x += Wo·att
+//!     cache[layer][pos] = k, v                            f16 or q8_0
+//!     per token t, head h (kv head h / group):
+//!         softmax(q·Kᵀ/√d over positions ≤ pos_t)·V
+//!     x += att·Woᵀ
 //!     xb = rmsnorm(x) · ffn_norm
-//!     x += Wdown·(silu(Wgate·xb) ⊙ Wup·xb)
-//! logits = Wout·(rmsnorm(x) · output_norm)
+//!     x += (silu(xb·Wgateᵀ) ⊙ xb·Wupᵀ)·Wdownᵀ
+//! logits = (rmsnorm(x) · output_norm)·Woutᵀ               last row, or all
 //! ```
 //!
-//! The matvecs run over the pool, and so do the attention heads once the
-//! context is long enough to pay for it; the element-wise ops stay on the
-//! calling thread. Each output element is
-//! computed the same way whatever the thread count, so results do not
-//! depend on it. All buffers are allocated in [`State::new`]; a token
+//! The matrix products run over the pool ([`kernels::matmul`]: a weight row
+//! is loaded once per batch), and so do the attention heads once there is
+//! enough work; element-wise ops stay on the calling thread. Every output
+//! element is computed the same way whatever the batch size or thread count,
+//! so a prompt evaluated in one batch gives bit-identical logits to one
+//! token at a time. All buffers are allocated in [`State::new`]; a call
 //! allocates nothing.
 
 use crate::config::ModelConfig;
+use crate::kv_cache::{KvCache, KvType};
 use crate::weights::Weights;
-use half::f16;
-use kernels::matvec::{matvec, MatvecScratch, QMatrix};
+use crate::Error;
+use kernels::matmul::{matmul, MatmulScratch};
+use kernels::matvec::QMatrix;
 use kernels::ops;
 use kernels::pool::ThreadPool;
-use kernels::quant::f16::{f16_to_f32_row, f32_to_f16_row};
 
-/// Position from which attention is split over the pool's threads (below
-/// it, one pool run per layer costs more than the attention itself).
-const PARALLEL_ATTENTION_FROM: usize = 128;
+/// Attention work (token-heads × positions) from which it is split over the
+/// pool's threads; below it, a pool run per layer costs more than the work.
+const PARALLEL_ATTENTION_FROM: usize = 128 * 9;
+
+/// Tokens per forward call when not set: enough that a weight row loaded
+/// from memory serves many tokens, few enough that the activations stay in
+/// L2.
+pub const DEFAULT_BATCH: usize = 32;
+
+/// How a [`State`] is sized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateOptions {
+    /// Positions the KV cache holds.
+    pub n_ctx: usize,
+    /// Most tokens per [`forward_batch`] call.
+    pub n_batch: usize,
+    pub kv_type: KvType,
+    /// Keep logits for every token of a batch ([`Logits::All`]), not just
+    /// the last (perplexity needs them; generation does not).
+    pub all_logits: bool,
+}
+
+impl StateOptions {
+    pub fn new(n_ctx: usize) -> StateOptions {
+        StateOptions {
+            n_ctx,
+            n_batch: DEFAULT_BATCH,
+            kv_type: KvType::F16,
+            all_logits: false,
+        }
+    }
+}
+
+/// Which logits a [`forward_batch`] call computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// The last token's, `(vocab,)`.
+    Last,
+    /// Every token's, `(n, vocab)` (needs [`StateOptions::all_logits`]).
+    All,
+}
 
 /// Activations, KV cache and scratch for one sequence of up to `n_ctx`
-/// tokens.
+/// tokens, evaluated in batches of up to `n_batch`.
 pub struct State {
     n_ctx: usize,
-    x: Vec<f32>,           // (dim,) residual stream
-    xb: Vec<f32>,          // (dim,) normed input of a block
-    q: Vec<f32>,           // (q_dim,)
-    k: Vec<f32>,           // (kv_dim,)
-    v: Vec<f32>,           // (kv_dim,)
-    att_out: Vec<f32>,     // (q_dim,) heads' weighted values
-    proj: Vec<f32>,        // (dim,) output of Wo / Wdown
-    heads: Vec<f32>, // (n_heads, n_ctx + 2·head_dim) per head: scores, output, a widened K/V row
-    hb: Vec<f32>,    // (ffn_dim,) gate, then silu(gate)·up
-    hb2: Vec<f32>,   // (ffn_dim,) up
-    cos: Vec<f32>,   // (n_rot/2,)
-    sin: Vec<f32>,   // (n_rot/2,)
-    logits: Vec<f32>, // (vocab,)
-    key_cache: Vec<f16>, // (n_layers, n_ctx, kv_dim)
-    value_cache: Vec<f16>, // (n_layers, n_ctx, kv_dim)
-    scratch: MatvecScratch,
+    n_batch: usize,
+    x: Vec<f32>,       // (n_batch, dim) residual stream
+    xb: Vec<f32>,      // (n_batch, dim) normed input of a block
+    q: Vec<f32>,       // (n_batch, q_dim)
+    k: Vec<f32>,       // (n_batch, kv_dim)
+    v: Vec<f32>,       // (n_batch, kv_dim)
+    att_out: Vec<f32>, // (n_batch, q_dim) heads' weighted values
+    proj: Vec<f32>,    // (n_batch, dim) output of Wo / Wdown
+    heads: Vec<f32>,   // (n_batch · n_heads, n_ctx + 2·head_dim) scores, output, a widened K/V row
+    hb: Vec<f32>,      // (n_batch, ffn_dim) gate, then silu(gate)·up
+    hb2: Vec<f32>,     // (n_batch, ffn_dim) up
+    cos: Vec<f32>,     // (n_batch, n_rot/2)
+    sin: Vec<f32>,     // (n_batch, n_rot/2)
+    logits: Vec<f32>,  // (vocab,) or (n_batch, vocab) with all_logits
+    n_logits: usize,   // rows of `logits` the last call filled
+    cache: KvCache,
+    scratch: MatmulScratch,
 }
 
 impl State {
-    /// Allocate everything for `n_ctx` positions (and size the matvec
-    /// scratch for these weights, so the first token allocates nothing
-    /// either).
+    /// An f16 cache of `n_ctx` positions, batches of [`DEFAULT_BATCH`].
+    ///
+    /// Panics only if the f16 cache cannot be laid out, which it always can.
     pub fn new(cfg: &ModelConfig, weights: &Weights<'_>, n_ctx: usize) -> State {
-        let kv = cfg.n_layers * n_ctx * cfg.kv_dim();
+        State::with_options(cfg, weights, &StateOptions::new(n_ctx))
+            .expect("an f16 cache fits any head size")
+    }
+
+    /// Allocate everything (and size the matmul scratch for these weights,
+    /// so the first call allocates nothing either). Errors if the cache
+    /// type cannot store this model's heads.
+    pub fn with_options(
+        cfg: &ModelConfig,
+        weights: &Weights<'_>,
+        o: &StateOptions,
+    ) -> Result<State, Error> {
+        let (n_ctx, nb) = (o.n_ctx, o.n_batch.max(1));
+        let cache = KvCache::new(o.kv_type, cfg.n_layers, n_ctx, cfg.n_kv_heads, cfg.head_dim)?;
+        let logit_rows = if o.all_logits { nb } else { 1 };
         let mut s = State {
             n_ctx,
-            x: vec![0.0; cfg.dim],
-            xb: vec![0.0; cfg.dim],
-            q: vec![0.0; cfg.q_dim()],
-            k: vec![0.0; cfg.kv_dim()],
-            v: vec![0.0; cfg.kv_dim()],
-            att_out: vec![0.0; cfg.q_dim()],
-            proj: vec![0.0; cfg.dim],
-            heads: vec![0.0; cfg.n_heads * (n_ctx + 2 * cfg.head_dim)],
-            hb: vec![0.0; cfg.ffn_dim],
-            hb2: vec![0.0; cfg.ffn_dim],
-            cos: vec![0.0; cfg.rope.n_rot / 2],
-            sin: vec![0.0; cfg.rope.n_rot / 2],
-            logits: vec![0.0; cfg.vocab_size],
-            key_cache: vec![f16::ZERO; kv],
-            value_cache: vec![f16::ZERO; kv],
-            scratch: MatvecScratch::new(),
+            n_batch: nb,
+            x: vec![0.0; nb * cfg.dim],
+            xb: vec![0.0; nb * cfg.dim],
+            q: vec![0.0; nb * cfg.q_dim()],
+            k: vec![0.0; nb * cfg.kv_dim()],
+            v: vec![0.0; nb * cfg.kv_dim()],
+            att_out: vec![0.0; nb * cfg.q_dim()],
+            proj: vec![0.0; nb * cfg.dim],
+            heads: vec![0.0; nb * cfg.n_heads * head_stride(cfg, n_ctx)],
+            hb: vec![0.0; nb * cfg.ffn_dim],
+            hb2: vec![0.0; nb * cfg.ffn_dim],
+            cos: vec![0.0; nb * cfg.rope.n_rot / 2],
+            sin: vec![0.0; nb * cfg.rope.n_rot / 2],
+            logits: vec![0.0; logit_rows * cfg.vocab_size],
+            n_logits: 0,
+            cache,
+            scratch: MatmulScratch::new(),
         };
-        let widest = [cfg.dim, cfg.q_dim(), cfg.ffn_dim]
-            .into_iter()
-            .max()
-            .unwrap_or(0);
-        let zeros = vec![0.0; widest];
         let mut ms: Vec<&QMatrix<'_>> = vec![&weights.output];
         for l in &weights.layers {
             ms.extend([&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
         }
         for m in ms {
-            s.scratch.quantize(m, &zeros[..m.cols()]);
+            let n = if std::ptr::eq(m, &weights.output) {
+                logit_rows
+            } else {
+                nb
+            };
+            s.scratch.reserve(m, n);
         }
-        s
+        Ok(s)
     }
 
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
     }
 
-    /// The logits of the last [`forward`] call.
+    pub fn n_batch(&self) -> usize {
+        self.n_batch
+    }
+
+    pub fn kv_type(&self) -> KvType {
+        self.cache.ty()
+    }
+
+    /// Bytes of the KV cache.
+    pub fn kv_bytes(&self) -> usize {
+        self.cache.bytes()
+    }
+
+    /// The logits of the last call: `(vocab,)` after [`Logits::Last`],
+    /// `(n, vocab)` after [`Logits::All`].
     pub fn logits(&self) -> &[f32] {
-        &self.logits
+        &self.logits[..self.n_logits]
     }
 
     /// The same, for samplers that modify them in place.
     pub fn logits_mut(&mut self) -> &mut [f32] {
-        &mut self.logits
+        &mut self.logits[..self.n_logits]
     }
+}
+
+/// Floats per (token, head) attention work area: scores over the context,
+/// the head's output, one widened K/V row.
+fn head_stride(cfg: &ModelConfig, n_ctx: usize) -> usize {
+    n_ctx + 2 * cfg.head_dim
 }
 
 /// Run `token` at position `pos` (all earlier positions must already be in
@@ -124,122 +203,197 @@ pub fn forward<'s>(
     token: u32,
     pos: usize,
 ) -> &'s [f32] {
-    let (dim, hd, kv_dim) = (cfg.dim, cfg.head_dim, cfg.kv_dim());
+    forward_batch(cfg, w, s, pool, &[token], pos, Logits::Last)
+}
+
+/// Run `tokens` at positions `pos0..pos0 + n` (positions before `pos0` must
+/// already be in the cache) and return the logits `which` asks for.
+///
+/// Panics if the batch is empty or larger than `n_batch`, runs past
+/// `n_ctx`, holds a token outside the vocabulary, or asks for all logits of
+/// a state made without them (callers check).
+pub fn forward_batch<'s>(
+    cfg: &ModelConfig,
+    w: &Weights<'_>,
+    s: &'s mut State,
+    pool: &ThreadPool,
+    tokens: &[u32],
+    pos0: usize,
+    which: Logits,
+) -> &'s [f32] {
+    let n = tokens.len();
+    let (dim, hd, q_dim, kv_dim, ffn) = (
+        cfg.dim,
+        cfg.head_dim,
+        cfg.q_dim(),
+        cfg.kv_dim(),
+        cfg.ffn_dim,
+    );
     let group = cfg.n_heads / cfg.n_kv_heads;
+    let half = cfg.rope.n_rot / 2;
     assert!(
-        pos < s.n_ctx,
-        "position {pos} outside the context of {}",
+        n >= 1 && n <= s.n_batch,
+        "batch of {n} tokens, the state takes 1..={}",
+        s.n_batch
+    );
+    assert!(
+        pos0 + n <= s.n_ctx,
+        "positions {pos0}..{} outside the context of {}",
+        pos0 + n,
         s.n_ctx
     );
+    if let Some(&t) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+        panic!("token {t} outside the vocabulary of {}", cfg.vocab_size);
+    }
+    let n_out = match which {
+        Logits::Last => 1,
+        Logits::All => n,
+    };
     assert!(
-        (token as usize) < cfg.vocab_size,
-        "token {token} outside the vocabulary of {}",
-        cfg.vocab_size
+        n_out * cfg.vocab_size <= s.logits.len(),
+        "all logits asked of a state made without all_logits"
     );
 
-    // x = embedding row of the token, (dim,)
+    let x = &mut s.x[..n * dim];
+    let xb = &mut s.xb[..n * dim];
+    let q = &mut s.q[..n * q_dim];
+    let k = &mut s.k[..n * kv_dim];
+    let v = &mut s.v[..n * kv_dim];
+    let att_out = &mut s.att_out[..n * q_dim];
+    let proj = &mut s.proj[..n * dim];
+    let hb = &mut s.hb[..n * ffn];
+    let hb2 = &mut s.hb2[..n * ffn];
+    let scratch = &mut s.scratch;
+
+    // x = embedding rows of the tokens, (n, dim)
     let emb = &w.token_embd;
-    (emb.traits().to_float)(emb.row(token as usize), &mut s.x);
+    for (xt, &tok) in x.chunks_exact_mut(dim).zip(tokens) {
+        (emb.traits().to_float)(emb.row(tok as usize), xt);
+    }
 
-    // cos/sin of this position, shared by every layer and head.
-    ops::rope_freqs(
-        &cfg.rope,
-        pos,
-        w.rope_freqs.as_deref(),
-        &mut s.cos,
-        &mut s.sin,
-    );
+    // cos/sin per position, (n, n_rot/2), shared by every layer and head.
+    for (t, (c, sn)) in s
+        .cos
+        .chunks_exact_mut(half.max(1))
+        .zip(s.sin.chunks_exact_mut(half.max(1)))
+        .take(n)
+        .enumerate()
+    {
+        if half > 0 {
+            ops::rope_freqs(&cfg.rope, pos0 + t, w.rope_freqs.as_deref(), c, sn);
+        }
+    }
+    let (cos, sin) = (&s.cos[..n * half], &s.sin[..n * half]);
     let scale = 1.0 / (hd as f32).sqrt();
+    let stride = head_stride(cfg, s.n_ctx);
+    let heads = &mut s.heads[..n * cfg.n_heads * stride];
 
     for (li, l) in w.layers.iter().enumerate() {
         // --- attention ---
-        ops::rmsnorm(&mut s.xb, &s.x, &l.attn_norm, cfg.norm_eps);
-        matvec(pool, &l.wq, &s.xb, &mut s.q, &mut s.scratch); // (q_dim,)
-        matvec(pool, &l.wk, &s.xb, &mut s.k, &mut s.scratch); // (kv_dim,)
-        matvec(pool, &l.wv, &s.xb, &mut s.v, &mut s.scratch); // (kv_dim,)
-        if let (Some(bq), Some(bk), Some(bv)) = (&l.bq, &l.bk, &l.bv) {
-            ops::add_inplace(&mut s.q, bq);
-            ops::add_inplace(&mut s.k, bk);
-            ops::add_inplace(&mut s.v, bv);
+        for (o, xt) in xb.chunks_exact_mut(dim).zip(x.chunks_exact(dim)) {
+            ops::rmsnorm(o, xt, &l.attn_norm, cfg.norm_eps);
         }
-        if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
-            for h in s.q.chunks_exact_mut(hd) {
-                ops::rmsnorm_inplace(h, qn, cfg.norm_eps);
+        matmul(pool, &l.wq, xb, q, scratch); // (n, q_dim)
+        matmul(pool, &l.wk, xb, k, scratch); // (n, kv_dim)
+        matmul(pool, &l.wv, xb, v, scratch); // (n, kv_dim)
+        for t in 0..n {
+            let (qt, kt, vt) = (
+                &mut q[t * q_dim..(t + 1) * q_dim],
+                &mut k[t * kv_dim..(t + 1) * kv_dim],
+                &mut v[t * kv_dim..(t + 1) * kv_dim],
+            );
+            if let (Some(bq), Some(bk), Some(bv)) = (&l.bq, &l.bk, &l.bv) {
+                ops::add_inplace(qt, bq);
+                ops::add_inplace(kt, bk);
+                ops::add_inplace(vt, bv);
             }
-            for h in s.k.chunks_exact_mut(hd) {
-                ops::rmsnorm_inplace(h, kn, cfg.norm_eps);
+            if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+                for h in qt.chunks_exact_mut(hd) {
+                    ops::rmsnorm_inplace(h, qn, cfg.norm_eps);
+                }
+                for h in kt.chunks_exact_mut(hd) {
+                    ops::rmsnorm_inplace(h, kn, cfg.norm_eps);
+                }
             }
-        }
-        for h in s.q.chunks_exact_mut(hd) {
-            ops::rope(h, &s.cos, &s.sin, cfg.rope.layout);
-        }
-        for h in s.k.chunks_exact_mut(hd) {
-            ops::rope(h, &s.cos, &s.sin, cfg.rope.layout);
+            let (c, sn) = (
+                &cos[t * half..(t + 1) * half],
+                &sin[t * half..(t + 1) * half],
+            );
+            for h in qt.chunks_exact_mut(hd) {
+                ops::rope(h, c, sn, cfg.rope.layout);
+            }
+            for h in kt.chunks_exact_mut(hd) {
+                ops::rope(h, c, sn, cfg.rope.layout);
+            }
+            // cache[li][pos] = k, v
+            s.cache.store(li, pos0 + t, kt, vt);
         }
 
-        // cache[li][pos] = k, v (f16)
-        let layer_off = li * s.n_ctx * kv_dim;
-        let row = layer_off + pos * kv_dim;
-        f32_to_f16_row(&s.k, &mut s.key_cache[row..row + kv_dim]);
-        f32_to_f16_row(&s.v, &mut s.value_cache[row..row + kv_dim]);
-
-        // Per query head: scores over positions 0..=pos, softmax, weighted
-        // sum of values. Query head h reads kv head h / group (GQA). Cached
-        // rows are widened to f32 and dotted with the f32 query (rounding the
-        // query to f16 too, as ggml's f16 path does, doubled the logit
-        // difference to llama.cpp's f32-cache reference).
-        let keys = &s.key_cache[layer_off..layer_off + (pos + 1) * kv_dim];
-        let values = &s.value_cache[layer_off..layer_off + (pos + 1) * kv_dim];
-        let q = &s.q;
-        let stride = s.n_ctx + 2 * hd;
-        // One head per chunk of `heads`: (scores, output, widened row).
+        // Per (token t, query head h): scores over positions 0..=pos0+t,
+        // softmax, weighted sum of values. Query head h reads kv head
+        // h / group (GQA). Cached heads are widened to f32 and dotted with
+        // the f32 query (rounding the query to f16 too, as ggml's f16 path
+        // does, doubled the logit difference to llama.cpp's f32 reference).
+        let kv = s.cache.layer(li);
+        let q = &*q;
+        let n_ctx = s.n_ctx;
         let head = |start: usize, buf: &mut [f32], _thread: usize| {
-            let h = start / stride;
+            let th = start / stride; // token · n_heads + head
+            let (t, h) = (th / cfg.n_heads, th % cfg.n_heads);
             let kvh = h / group;
-            let q_h = &q[h * hd..(h + 1) * hd]; // (head_dim,)
-            let (scores, rest) = buf.split_at_mut(s.n_ctx);
+            let pos = pos0 + t;
+            let q_h = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd]; // (head_dim,)
+            let (scores, rest) = buf.split_at_mut(n_ctx);
             let (out, row) = rest.split_at_mut(hd); // (head_dim,) each
             let att = &mut scores[..=pos]; // (pos + 1,)
-            for (t, a) in att.iter_mut().enumerate() {
-                let k_t = &keys[t * kv_dim + kvh * hd..t * kv_dim + (kvh + 1) * hd];
-                f16_to_f32_row(k_t, row);
+            for (p, a) in att.iter_mut().enumerate() {
+                kv.key(p, kvh, row);
                 *a = ops::dot(q_h, row) * scale;
             }
             ops::softmax(att);
             out.fill(0.0);
-            for (t, &a) in att.iter().enumerate() {
-                let v_t = &values[t * kv_dim + kvh * hd..t * kv_dim + (kvh + 1) * hd];
-                f16_to_f32_row(v_t, row);
+            for (p, &a) in att.iter().enumerate() {
+                kv.value(p, kvh, row);
                 ops::axpy(out, a, row);
             }
         };
-        // Spread heads over the pool once the context makes it worth a run;
-        // each head is computed the same way either way.
-        if pool.n_threads() > 1 && pos >= PARALLEL_ATTENTION_FROM {
-            pool.for_each_chunk_mut(&mut s.heads, stride, head);
+        // Spread (token, head) pairs over the pool once there is enough
+        // work; each is computed the same way either way.
+        let work = n * cfg.n_heads * (pos0 + n);
+        if pool.n_threads() > 1 && work >= PARALLEL_ATTENTION_FROM {
+            pool.for_each_chunk_mut(heads, stride, head);
         } else {
-            for (h, buf) in s.heads.chunks_exact_mut(stride).enumerate() {
-                head(h * stride, buf, 0);
+            for (i, buf) in heads.chunks_exact_mut(stride).enumerate() {
+                head(i * stride, buf, 0);
             }
         }
-        for (h, buf) in s.heads.chunks_exact(stride).enumerate() {
-            s.att_out[h * hd..(h + 1) * hd].copy_from_slice(&buf[s.n_ctx..s.n_ctx + hd]);
+        for (i, buf) in heads.chunks_exact(stride).enumerate() {
+            att_out[i * hd..(i + 1) * hd].copy_from_slice(&buf[n_ctx..n_ctx + hd]);
         }
-        matvec(pool, &l.wo, &s.att_out, &mut s.proj, &mut s.scratch); // (dim,)
-        ops::add_inplace(&mut s.x, &s.proj);
+        matmul(pool, &l.wo, att_out, proj, scratch); // (n, dim)
+        ops::add_inplace(x, proj);
 
         // --- MLP ---
-        ops::rmsnorm(&mut s.xb, &s.x, &l.ffn_norm, cfg.norm_eps);
-        matvec(pool, &l.w_gate, &s.xb, &mut s.hb, &mut s.scratch); // (ffn_dim,)
-        matvec(pool, &l.w_up, &s.xb, &mut s.hb2, &mut s.scratch); // (ffn_dim,)
-        ops::swiglu(&mut s.hb, &s.hb2);
-        matvec(pool, &l.w_down, &s.hb, &mut s.proj, &mut s.scratch); // (dim,)
-        ops::add_inplace(&mut s.x, &s.proj);
+        for (o, xt) in xb.chunks_exact_mut(dim).zip(x.chunks_exact(dim)) {
+            ops::rmsnorm(o, xt, &l.ffn_norm, cfg.norm_eps);
+        }
+        matmul(pool, &l.w_gate, xb, hb, scratch); // (n, ffn_dim)
+        matmul(pool, &l.w_up, xb, hb2, scratch); // (n, ffn_dim)
+        ops::swiglu(hb, hb2);
+        matmul(pool, &l.w_down, hb, proj, scratch); // (n, dim)
+        ops::add_inplace(x, proj);
     }
-    debug_assert_eq!(s.x.len(), dim);
 
-    // logits = Wout · rmsnorm(x), (vocab,)
-    ops::rmsnorm(&mut s.xb, &s.x, &w.output_norm, cfg.norm_eps);
-    matvec(pool, &w.output, &s.xb, &mut s.logits, &mut s.scratch);
-    &s.logits
+    // logits = rmsnorm(x) · Woutᵀ, for the rows asked for, (n_out, vocab)
+    let first = n - n_out;
+    let xb = &mut xb[..n_out * dim];
+    for (o, xt) in xb
+        .chunks_exact_mut(dim)
+        .zip(x[first * dim..].chunks_exact(dim))
+    {
+        ops::rmsnorm(o, xt, &w.output_norm, cfg.norm_eps);
+    }
+    s.n_logits = n_out * cfg.vocab_size;
+    matmul(pool, &w.output, xb, &mut s.logits[..s.n_logits], scratch);
+    &s.logits[..s.n_logits]
 }

@@ -6,17 +6,19 @@
 //! SmolLM2), `qwen2` (q/k/v biases) and `qwen3` (per-head q/k RMSNorm).
 //! They differ in a few flags on [`ModelConfig`], not in separate code paths.
 //!
-//! Prefill runs the prompt one token at a time through the decode path:
-//! correct and simple, not yet batched.
+//! One forward pass serves prefill (a batch of tokens) and decode (one);
+//! see [`forward_batch`].
 
 mod config;
 mod error;
 mod forward;
+mod kv_cache;
 mod memory;
 mod weights;
 
 pub use config::{Arch, ModelConfig, SUPPORTED_ARCHS};
 pub use error::Error;
-pub use forward::{forward, State};
+pub use forward::{forward, forward_batch, Logits, State, StateOptions, DEFAULT_BATCH};
+pub use kv_cache::{KvCache, KvType};
 pub use memory::{mem_available, MemoryEstimate};
 pub use weights::{LayerWeights, Weights};

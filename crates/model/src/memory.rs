@@ -2,30 +2,48 @@
 //! OS says is available.
 
 use crate::config::ModelConfig;
+use crate::forward::StateOptions;
+use crate::kv_cache::KvCache;
 use crate::Error;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryEstimate {
     /// Tensor bytes of the file (mapped or read).
     pub weights: u64,
-    /// f16 K and V for every layer and position.
+    /// K and V for every layer and position.
     pub kv_cache: u64,
     /// Activations, logits and per-token buffers.
     pub scratch: u64,
 }
 
 impl MemoryEstimate {
+    /// For an f16 cache of `n_ctx` positions and the default batch.
     pub fn new(cfg: &ModelConfig, weights_bytes: u64, n_ctx: usize) -> MemoryEstimate {
-        let kv_cache = 2 * cfg.n_layers as u64 * n_ctx as u64 * cfg.kv_dim() as u64 * 2;
-        let floats = 3 * cfg.dim
+        MemoryEstimate::for_state(cfg, weights_bytes, &StateOptions::new(n_ctx))
+    }
+
+    /// For a [`crate::State`] made with `o` (an unusable cache type counts
+    /// as f16 here; making the state reports it).
+    pub fn for_state(cfg: &ModelConfig, weights_bytes: u64, o: &StateOptions) -> MemoryEstimate {
+        let (n_ctx, nb) = (o.n_ctx, o.n_batch.max(1));
+        let kv = |ty| KvCache::bytes_for(ty, cfg.n_layers, n_ctx, cfg.n_kv_heads, cfg.head_dim);
+        let kv_cache = kv(o.kv_type)
+            .or_else(|| kv(crate::KvType::F16))
+            .unwrap_or(0);
+        let per_token = 4 * cfg.dim
             + 2 * cfg.q_dim()
             + 2 * cfg.kv_dim()
             + 2 * cfg.ffn_dim
-            + cfg.vocab_size
             + cfg.n_heads * (n_ctx + 2 * cfg.head_dim)
             + cfg.rope.n_rot;
-        // Plus the quantized activation (at most ~1.1 bytes per input float).
-        let scratch = floats as u64 * 4 + 2 * cfg.dim.max(cfg.ffn_dim).max(cfg.q_dim()) as u64;
+        let logit_rows = if o.all_logits { nb } else { 1 };
+        let floats = nb * per_token + logit_rows * cfg.vocab_size;
+        // Plus the quantized activations (at most ~1.1 bytes per input
+        // float, rows rounded up to cache lines) and the transposed output.
+        let widest = cfg.dim.max(cfg.ffn_dim).max(cfg.q_dim());
+        let scratch = floats as u64 * 4
+            + nb as u64 * (2 * widest as u64 + 64)
+            + 4 * (nb * cfg.vocab_size.max(widest)) as u64;
         MemoryEstimate {
             weights: weights_bytes,
             kv_cache,

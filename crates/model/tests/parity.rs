@@ -3,63 +3,88 @@
 //! prompt, llama.cpp's top 20 logits at each position and its 32-token
 //! greedy continuation.
 //!
-//! Differences we expect: llama.cpp decoded the 64 tokens as one batch with
-//! an f32 KV cache; we go token by token with an f16 cache. Hence the
-//! tolerances rather than identity. Measured on Q4_1 (issue 3 asked for
-//! ≤ 2% worst case; we see ~0.5% mean, ~4% worst): the disagreements are
-//! all near-ties, so the bounds below are mean ≤ 1%, worst ≤ 6%.
+//! Two kinds of check. On the Q4_1 weights dequantized to F32 neither side
+//! quantizes activations, so only summation order differs: the issue's
+//! bounds hold with room to spare (measured: top-10 logits within 0.002% of
+//! the range, greedy-32 identical for 10/10 prompts). On the quantized files
+//! both sides round activations to Q8 before each matmul, and one rounding
+//! that flips early moves late logits by up to ~1 (llama.cpp's own one-batch
+//! and one-token logits differ that much), so the worst case and greedy
+//! agreement there are bounded by the reference's noise (measured on Q4_1:
+//! argmax 640/640, top-10 diff mean 0.45%, p99 1.7%, worst 3.1% of range).
 
 use gguf::GgufFile;
 use kernels::pool::ThreadPool;
-use model::{forward, ModelConfig, State, Weights};
+use model::{forward, forward_batch, KvType, Logits, ModelConfig, State, StateOptions, Weights};
 use serde_json::Value;
 use std::path::PathBuf;
 
 /// llama.cpp top-2 gap below which either argmax is accepted.
 const NEAR_TIE: f32 = 0.25;
-/// Bounds on |ours − llama.cpp| / (max − min of our logits), over
-/// llama.cpp's top 10 at each position.
-const MEAN: f64 = 0.01;
-const WORST: f32 = 0.06;
 
-fn check(fixture: &str, model_name: &str) {
+/// Bounds on |ours − llama.cpp| / (max − min of our logits over the whole
+/// vocabulary), over llama.cpp's top 10 at each position, and on the greedy
+/// continuations.
+struct Bounds {
+    mean: f64,
+    p99: f32,
+    worst: f32,
+    /// Greedy may part from llama.cpp only where its top-2 gap is below this.
+    greedy_tie: f64,
+    /// ... and must be identical for at least this fraction of prompts.
+    greedy_identical: f64,
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// Compares one fixture with our forward pass using a `kv` cache.
+fn check(fixture: &str, model_name: &str, kv: KvType, bounds: Bounds) {
     let fx = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(fixture);
     let Ok(text) = std::fs::read_to_string(&fx) else {
-        eprintln!("*** SKIPPING: no fixture {} ***", fx.display());
-        return;
+        panic!("missing fixture {}", fx.display());
     };
     let fx: Value = serde_json::from_str(&text).unwrap();
     let path = match model_name {
-        Q8_0_NAME => {
-            let Some(p) = make_q8_0(fx["model_sha256"].as_str().unwrap()) else {
-                return;
-            };
-            p
-        }
-        _ => match testkit::model(model_name) {
-            Some(p) => p,
-            None => return,
-        },
+        Q8_0_NAME => make_q8_0(fx["model_sha256"].as_str().unwrap()),
+        F32_NAME => make_dequant_f32(),
+        _ => testkit::model(model_name),
     };
+    let Some(path) = path else { return };
     let file = GgufFile::open(&path).unwrap();
     let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
     let w = Weights::from_gguf(&file, &cfg).unwrap();
     let pool = ThreadPool::new(2);
+    let vocab = cfg.vocab_size;
     let (mut positions, mut agree, mut worst) = (0usize, 0usize, 0f32);
-    let (mut sum_rel, mut n_rel) = (0f64, 0usize);
-    for p in fx["prompts"].as_array().unwrap() {
-        let toks: Vec<u32> = p["tokens"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap() as u32)
-            .collect();
+    let mut rels: Vec<f32> = Vec::new();
+    let mut greedy_identical = 0;
+    let prompts = fx["prompts"].as_array().unwrap();
+    assert!(prompts.len() >= 8, "the issue asks for at least 8 prompts");
+    for p in prompts {
+        let toks = ids(&p["tokens"]);
         let top20 = p["top20"].as_array().unwrap();
-        let mut state = State::new(&cfg, &w, toks.len() + 32);
-        for (pos, &t) in toks.iter().enumerate() {
-            let logits = forward(&cfg, &w, &mut state, &pool, t, pos);
+        // All 64 positions as one batch, as llama.cpp made them.
+        let mut state = State::with_options(
+            &cfg,
+            &w,
+            &StateOptions {
+                n_batch: toks.len(),
+                kv_type: kv,
+                all_logits: true,
+                ..StateOptions::new(toks.len())
+            },
+        )
+        .unwrap();
+        let all = forward_batch(&cfg, &w, &mut state, &pool, &toks, 0, Logits::All);
+        for (pos, logits) in all.chunks_exact(vocab).enumerate() {
             let refs: Vec<(usize, f32)> = top20[pos]
                 .as_array()
                 .unwrap()
@@ -84,61 +109,171 @@ fn check(fixture: &str, model_name: &str) {
             for &(id, l) in &refs[..10] {
                 let rel = (logits[id] - l).abs() / range;
                 worst = worst.max(rel);
-                sum_rel += rel as f64;
-                n_rel += 1;
+                rels.push(rel);
                 assert!(
-                    rel <= WORST,
-                    "{:?} pos {pos} token {id}: ours {} vs llama.cpp {l} (range {range})",
+                    rel <= bounds.worst,
+                    "{kv}: {:?} pos {pos} token {id}: ours {} vs llama.cpp {l} (range {range})",
                     p["text"],
                     logits[id]
                 );
             }
         }
 
-        // Greedy continuation: identical until the first near-tie (top-2
-        // gap under 0.5, the size of the differences seen above).
+        // Greedy continuation of 32 tokens: the prompt as a batch, then one
+        // token at a time (as llama.cpp made it).
         let n_prompt = p["n_prompt"].as_u64().unwrap() as usize;
-        let want: Vec<u32> = p["greedy32"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap() as u32)
-            .collect();
+        let want = ids(&p["greedy32"]);
         let gaps: Vec<f64> = p["greedy_top2_gap"]
             .as_array()
             .unwrap()
             .iter()
             .map(|g| g.as_f64().unwrap())
             .collect();
-        let mut state = State::new(&cfg, &w, n_prompt + 33);
-        let mut next = 0;
-        for (pos, &t) in toks[..n_prompt].iter().enumerate() {
-            next = kernels::ops::argmax(forward(&cfg, &w, &mut state, &pool, t, pos)).unwrap();
-        }
+        let mut state = State::with_options(
+            &cfg,
+            &w,
+            &StateOptions {
+                n_batch: n_prompt,
+                kv_type: kv,
+                ..StateOptions::new(n_prompt + want.len())
+            },
+        )
+        .unwrap();
+        let logits = forward_batch(
+            &cfg,
+            &w,
+            &mut state,
+            &pool,
+            &toks[..n_prompt],
+            0,
+            Logits::Last,
+        );
+        let mut next = kernels::ops::argmax(logits).unwrap() as u32;
+        let mut got = Vec::new();
         for i in 0..want.len() {
-            if gaps[i] < 0.5 {
-                break;
+            got.push(next);
+            next = kernels::ops::argmax(forward(&cfg, &w, &mut state, &pool, next, n_prompt + i))
+                .unwrap() as u32;
+        }
+        match got.iter().zip(&want).position(|(a, b)| a != b) {
+            None => greedy_identical += 1,
+            Some(i) => {
+                eprintln!(
+                    "{kv}: {:?}: greedy parts from llama.cpp at token {i} (llama.cpp's top-2 gap there {})",
+                    p["text"], gaps[i]
+                );
+                assert!(
+                    gaps[i] < bounds.greedy_tie,
+                    "{kv}: {:?}: greedy token {i} is {} where llama.cpp has {}, and that was no near-tie (gap {})",
+                    p["text"],
+                    got[i],
+                    want[i],
+                    gaps[i]
+                );
             }
-            assert_eq!(next as u32, want[i], "{:?} greedy token {i}", p["text"]);
-            next =
-                kernels::ops::argmax(forward(&cfg, &w, &mut state, &pool, want[i], n_prompt + i))
-                    .unwrap();
         }
     }
     let rate = agree as f64 / positions as f64;
-    let mean = sum_rel / n_rel as f64;
+    let mean = rels.iter().map(|&r| r as f64).sum::<f64>() / rels.len() as f64;
+    rels.sort_by(f32::total_cmp);
+    let p99 = rels[rels.len() * 99 / 100];
     eprintln!(
-        "{fixture}: argmax agreement {agree}/{positions}, top-10 logit diff mean {:.3}% worst {:.3}% of range",
+        "{fixture} ({kv} cache): argmax agreement {agree}/{positions}, top-10 logit diff of range: mean {:.3}% p99 {:.3}% worst {:.3}%; greedy-32 identical {greedy_identical}/{}",
         mean * 100.0,
-        worst * 100.0
+        p99 * 100.0,
+        worst * 100.0,
+        prompts.len()
     );
     assert!(rate >= 0.99, "argmax agreement {rate}");
-    assert!(mean <= MEAN, "mean top-10 diff {mean}");
+    assert!(mean <= bounds.mean, "mean top-10 diff {mean}");
+    assert!(p99 <= bounds.p99, "p99 top-10 diff {p99}");
+    assert!(
+        greedy_identical as f64 >= bounds.greedy_identical * prompts.len() as f64,
+        "greedy-32 identical for {greedy_identical} of {} prompts",
+        prompts.len()
+    );
+}
+
+/// The issue's bounds, on the clean reference: the Q4_1 weights dequantized
+/// to F32, so neither side quantizes activations and only summation order
+/// differs; f32 KV cache as in the reference.
+const STRICT: Bounds = Bounds {
+    mean: 0.001,
+    p99: 0.02,
+    worst: 0.02,
+    greedy_tie: 0.1,
+    greedy_identical: 7.0 / 8.0,
+};
+
+/// Files whose matmuls quantize activations to Q8 (as ggml does): one
+/// flipped rounding early on moves later logits by up to ~1 (llama.cpp's own
+/// one-batch vs one-token logits differ by up to 1.5 on these prompts, see
+/// the fixtures' README), so the worst case and greedy agreement are bounded
+/// by the reference's noise, not by our error.
+const QUANTIZED: Bounds = Bounds {
+    mean: 0.01,
+    p99: 0.02,
+    worst: 0.05,
+    greedy_tie: 0.5,
+    // Measured: 4/10 (Q4_1), 1/10 (Q8_0); every parting at a gap < 0.3.
+    greedy_identical: 0.1,
+};
+
+#[test]
+fn smollm2_dequant_f32_matches_llama_cpp() {
+    check(
+        "llamacpp-smollm2-q4_1-dequant-f32.json",
+        F32_NAME,
+        KvType::F32,
+        STRICT,
+    );
 }
 
 #[test]
 fn smollm2_q4_1_matches_llama_cpp() {
-    check("llamacpp-smollm2-q4_1.json", testkit::SMOLLM2_Q4_1);
+    check(
+        "llamacpp-smollm2-q4_1.json",
+        testkit::SMOLLM2_Q4_1,
+        KvType::F32,
+        QUANTIZED,
+    );
+}
+
+/// Our default f16 cache adds the rounding of K and V.
+#[test]
+fn smollm2_q4_1_f16_cache_close_to_llama_cpp() {
+    check(
+        "llamacpp-smollm2-q4_1.json",
+        testkit::SMOLLM2_Q4_1,
+        KvType::F16,
+        QUANTIZED,
+    );
+}
+
+/// The Q8_0 cache rounds K and V to 8 bits.
+#[test]
+fn smollm2_q4_1_q8_0_cache_close_to_llama_cpp() {
+    check(
+        "llamacpp-smollm2-q4_1.json",
+        testkit::SMOLLM2_Q4_1,
+        KvType::Q8_0,
+        Bounds {
+            mean: 0.015,
+            p99: 0.03,
+            worst: 0.06,
+            ..QUANTIZED
+        },
+    );
+}
+
+#[test]
+fn smollm2_q8_0_matches_llama_cpp() {
+    check(
+        "llamacpp-smollm2-q8_0.json",
+        Q8_0_NAME,
+        KvType::F32,
+        QUANTIZED,
+    );
 }
 
 const Q8_0_NAME: &str = "SmolLM2-135M-Instruct.Q8_0.cachefit.gguf";
@@ -170,7 +305,24 @@ fn make_q8_0(want_sha256: &str) -> Option<PathBuf> {
     Some(out)
 }
 
-#[test]
-fn smollm2_q8_0_matches_llama_cpp() {
-    check("llamacpp-smollm2-q8_0.json", Q8_0_NAME);
+const F32_NAME: &str = "SmolLM2-135M-Instruct.Q4_1-dequant-F32.cachefit.gguf";
+
+/// The shipped Q4_1 file with every tensor dequantized to F32 by
+/// `cachefit quantize` (tensor data identical to llama-quantize's, which the
+/// fixture was made from; our dequantizers are checked bit for bit against
+/// ggml's in crates/kernels/tests/ggml_reference.rs).
+fn make_dequant_f32() -> Option<PathBuf> {
+    let src = testkit::model(testkit::SMOLLM2_Q4_1)?;
+    let out = testkit::models_dir().join(F32_NAME);
+    if !out.is_file() {
+        let opts = quantize::QuantizeOptions {
+            allow_requantize: true,
+            pure: false,
+            threads: 2,
+            interrupt: None,
+        };
+        let target = "F32".parse::<quantize::Target>().unwrap();
+        quantize::quantize_file(&src, &out, target, &opts, &|_| {}).unwrap();
+    }
+    Some(out)
 }

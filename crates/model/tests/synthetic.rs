@@ -5,7 +5,7 @@
 
 use gguf::{Builder, GgmlType, GgufFile, Metadata, TensorSpec, Value};
 use kernels::pool::ThreadPool;
-use model::{forward, ModelConfig, State, Weights};
+use model::{forward, forward_batch, KvType, Logits, ModelConfig, State, StateOptions, Weights};
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 
@@ -282,6 +282,95 @@ fn each_arch_matches_naive_reference() {
             }
         }
     }
+}
+
+/// A prompt evaluated in batches (of any size, with all logits or the last)
+/// gives bit-identical logits to one token at a time, for every arch, cache
+/// type and thread count; and the q8_0 cache stays close to the reference.
+#[test]
+fn batches_equal_token_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    for (arch, head_dim) in [("llama", 32), ("qwen2", 32), ("qwen3", 64)] {
+        let tiny = Tiny::new(arch, head_dim, 11);
+        let path = dir.path().join(format!("{arch}.gguf"));
+        tiny.write(&path, None);
+        let file = GgufFile::open(&path).unwrap();
+        let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
+        let w = Weights::from_gguf(&file, &cfg).unwrap();
+        let tokens = [3u32, 17, 42, 0, 49, 8, 8, 21, 5, 1, 30];
+        let vocab = cfg.vocab_size;
+        for kv in [KvType::F16, KvType::Q8_0, KvType::F32] {
+            for threads in [1, 2] {
+                let pool = ThreadPool::new(threads);
+                let opts = StateOptions {
+                    n_batch: 4,
+                    kv_type: kv,
+                    all_logits: true,
+                    ..StateOptions::new(16)
+                };
+                let mut one = State::with_options(&cfg, &w, &opts).unwrap();
+                let want: Vec<Vec<f32>> = tokens
+                    .iter()
+                    .enumerate()
+                    .map(|(pos, &t)| forward(&cfg, &w, &mut one, &pool, t, pos).to_vec())
+                    .collect();
+                for n_batch in [2, 3, 4] {
+                    let mut st = State::with_options(&cfg, &w, &opts).unwrap();
+                    let mut pos = 0;
+                    for chunk in tokens.chunks(n_batch) {
+                        let all = forward_batch(&cfg, &w, &mut st, &pool, chunk, pos, Logits::All)
+                            .to_vec();
+                        for (i, row) in all.chunks_exact(vocab).enumerate() {
+                            assert_eq!(
+                                row,
+                                &want[pos + i][..],
+                                "{arch} {kv} batch {n_batch} pos {}",
+                                pos + i
+                            );
+                        }
+                        pos += chunk.len();
+                    }
+                    let mut st = State::with_options(&cfg, &w, &opts).unwrap();
+                    let last =
+                        forward_batch(&cfg, &w, &mut st, &pool, &tokens[..4], 0, Logits::Last);
+                    assert_eq!(last, &want[3][..], "{arch} {kv} last");
+                }
+                if kv == KvType::Q8_0 {
+                    let r = tiny.reference(&tokens);
+                    for (g, r) in want.iter().zip(&r) {
+                        let range = r.iter().cloned().fold(f64::MIN, f64::max)
+                            - r.iter().cloned().fold(f64::MAX, f64::min);
+                        for (&a, &b) in g.iter().zip(r) {
+                            assert!(
+                                (a as f64 - b).abs() <= 3e-2 * range,
+                                "{arch} q8_0 cache: {a} vs {b}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_0_cache_needs_whole_blocks_per_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = Tiny::new("llama", 16, 3);
+    let path = dir.path().join("t.gguf");
+    tiny.write(&path, None);
+    let file = GgufFile::open(&path).unwrap();
+    let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
+    let w = Weights::from_gguf(&file, &cfg).unwrap();
+    let opts = StateOptions {
+        kv_type: KvType::Q8_0,
+        ..StateOptions::new(8)
+    };
+    let e = State::with_options(&cfg, &w, &opts)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("q8_0") && e.contains("16"), "{e}");
 }
 
 #[test]

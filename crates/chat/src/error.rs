@@ -1,0 +1,31 @@
+//! Errors from compiling and rendering a chat template. Each says whether
+//! the template itself is broken (with the line), or the template refused
+//! the conversation (with the template's own message).
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The template source does not parse.
+    #[error("chat template does not parse{}: {detail}", at_line(*.line))]
+    Syntax { line: Option<usize>, detail: String },
+    /// The template called `raise_exception(message)`, as templates do for
+    /// conversations they cannot format (gemma-2 rejects a system turn).
+    #[error("chat template rejected the conversation: {message}")]
+    Raised { message: String },
+    /// Rendering failed for another reason: an undefined attribute, a type
+    /// error, or a template that ran past its work budget.
+    #[error("chat template failed to render{}: {detail}", at_line(*.line))]
+    Render { line: Option<usize>, detail: String },
+    /// `tokenizer.chat_template` is present but not a string.
+    #[error(transparent)]
+    Metadata(#[from] gguf::ErrorKind),
+    /// An extra template variable collides with one the renderer sets.
+    #[error("`{0}` is set by the renderer and cannot be passed as an extra template variable")]
+    ReservedVariable(String),
+}
+
+fn at_line(line: Option<usize>) -> String {
+    match line {
+        Some(line) => format!(" at line {line}"),
+        None => String::new(),
+    }
+}

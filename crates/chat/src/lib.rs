@@ -1,0 +1,42 @@
+//! Chat templates: turning a conversation into the prompt text a model was
+//! trained on, by rendering the GGUF's `tokenizer.chat_template` (Jinja)
+//! the way Hugging Face's `apply_chat_template` does.
+//!
+//! The engine is minijinja; [`shims`] adds what transformers adds to jinja2
+//! (`raise_exception`, a non-escaping `tojson`, `strftime_now`,
+//! trim_blocks/lstrip_blocks, loop controls) and what Python does where
+//! templates can see it (string methods, how `None` and lists print, see
+//! [`python`] and [`json`]). Tests render real templates and compare them
+//! byte for byte with Python jinja2 (scripts/chat-templates/render.py).
+//!
+//! A model without a template gets ChatML ([`fallback`]); tools check
+//! [`ChatTemplate::is_fallback`] and print [`FALLBACK_NOTICE`] on stderr.
+//!
+//! Layout: [`template`] (compile, render), [`message`], [`context`] (the
+//! variables a template sees), [`shims`], [`python`], [`json`],
+//! [`fallback`], [`error`].
+//!
+//! ```
+//! use chat::{ChatTemplate, Message};
+//! let template = ChatTemplate::or_fallback(None, None, None)?;
+//! let prompt = template.render(&[Message::user("Hi")], true)?;
+//! assert_eq!(prompt, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+//! # Ok::<(), chat::Error>(())
+//! ```
+
+pub mod context;
+pub mod error;
+pub mod fallback;
+pub mod json;
+pub mod message;
+pub mod python;
+pub mod shims;
+pub mod template;
+
+pub use error::Error;
+pub use fallback::{CHATML_TEMPLATE, FALLBACK_NOTICE};
+pub use message::Message;
+pub use template::{ChatTemplate, CHAT_TEMPLATE_KEY};
+
+/// A civil (zone-less) date and time, for [`ChatTemplate::with_now`].
+pub use jiff::civil::DateTime;

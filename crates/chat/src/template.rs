@@ -1,0 +1,201 @@
+//! A compiled chat template: source, the tokenizer's bos/eos text, and
+//! the Hugging Face environment ([`shims`]) it renders in.
+
+use minijinja::Environment;
+
+use crate::context::Context;
+use crate::error::Error;
+use crate::fallback::CHATML_TEMPLATE;
+use crate::message::Message;
+use crate::shims::{self, Clock};
+
+/// The GGUF key holding the model's Jinja chat template.
+pub const CHAT_TEMPLATE_KEY: &str = "tokenizer.chat_template";
+
+/// The name the template has inside its environment (shown in errors).
+const NAME: &str = "chat_template";
+
+/// Stack of the thread a render runs on. minijinja recurses, and drops
+/// values recursively, once per nesting level; within its fuel a hostile
+/// template can nest lists ~700k deep, which takes ~100 MB of stack and
+/// would abort the process on a caller's 8 MB main thread or 2 MB async
+/// worker. Untouched stack pages cost no memory.
+const RENDER_STACK_BYTES: usize = 256 << 20;
+
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: Option<String>,
+    eos_token: Option<String>,
+    is_fallback: bool,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .field("is_fallback", &self.is_fallback)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChatTemplate {
+    /// Compile `source`. `bos_token`/`eos_token` are the tokenizer's token
+    /// text (`<|begin_of_text|>`, ...); None leaves the variable undefined,
+    /// as transformers does for a tokenizer without that token.
+    pub fn new(
+        source: &str,
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+    ) -> Result<ChatTemplate, Error> {
+        let mut env = Environment::new();
+        shims::install(&mut env).map_err(|e| Error::Render {
+            line: None,
+            detail: describe(&e),
+        })?;
+        let source = shims::rewrite_generation_tags(source).into_owned();
+        env.add_template_owned(NAME, source)
+            .map_err(|e| Error::Syntax {
+                line: e.line(),
+                detail: describe(&e),
+            })?;
+        Ok(ChatTemplate {
+            env,
+            bos_token: bos_token.map(str::to_string),
+            eos_token: eos_token.map(str::to_string),
+            is_fallback: false,
+        })
+    }
+
+    /// The ChatML fallback ([`crate::fallback`]) for a model without a
+    /// template.
+    pub fn chatml_fallback(
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+    ) -> Result<ChatTemplate, Error> {
+        let mut template = ChatTemplate::new(CHATML_TEMPLATE, bos_token, eos_token)?;
+        template.is_fallback = true;
+        Ok(template)
+    }
+
+    /// `template` if the model has one (non-empty), else the ChatML
+    /// fallback; check [`ChatTemplate::is_fallback`] to announce it.
+    pub fn or_fallback(
+        template: Option<&str>,
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+    ) -> Result<ChatTemplate, Error> {
+        match template.filter(|t| !t.trim().is_empty()) {
+            Some(source) => ChatTemplate::new(source, bos_token, eos_token),
+            None => ChatTemplate::chatml_fallback(bos_token, eos_token),
+        }
+    }
+
+    /// The template in `tokenizer.chat_template`, or the ChatML fallback
+    /// when the key is absent or empty. Take bos/eos from the vocabulary:
+    /// `vocab.bos().and_then(|id| vocab.token_text(id))`.
+    pub fn from_gguf(
+        metadata: &gguf::Metadata,
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+    ) -> Result<ChatTemplate, Error> {
+        let source = match metadata.get(CHAT_TEMPLATE_KEY) {
+            Some(_) => Some(metadata.get_str(CHAT_TEMPLATE_KEY)?),
+            None => None,
+        };
+        ChatTemplate::or_fallback(source, bos_token, eos_token)
+    }
+
+    /// Pin what `strftime_now` returns (it reads the local clock otherwise),
+    /// for reproducible prompts.
+    pub fn with_now(mut self, now: jiff::civil::DateTime) -> ChatTemplate {
+        shims::set_clock(&mut self.env, Clock::Fixed(now));
+        self
+    }
+
+    /// Whether this is the ChatML fallback rather than the model's own.
+    pub fn is_fallback(&self) -> bool {
+        self.is_fallback
+    }
+
+    pub fn bos_token(&self) -> Option<&str> {
+        self.bos_token.as_deref()
+    }
+
+    pub fn eos_token(&self) -> Option<&str> {
+        self.eos_token.as_deref()
+    }
+
+    /// The prompt for `messages`; with `add_generation_prompt`, ending with
+    /// the header that makes the model answer as the assistant.
+    pub fn render(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String, Error> {
+        self.render_with(messages, add_generation_prompt, &serde_json::Map::new())
+    }
+
+    /// [`ChatTemplate::render`] with extra template variables, as keyword
+    /// arguments to `apply_chat_template`: `tools` (a list of JSON schemas),
+    /// `documents`, `enable_thinking`, `date_string`, ... They may override
+    /// `bos_token`/`eos_token`, not `messages` or `add_generation_prompt`.
+    /// Object keys reach the template in the map's order, which for
+    /// serde_json without `preserve_order` is sorted.
+    pub fn render_with(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, Error> {
+        let context = Context {
+            messages,
+            add_generation_prompt,
+            bos_token: self.bos_token(),
+            eos_token: self.eos_token(),
+            extra,
+        }
+        .to_value()?;
+        // Errors become ours inside the thread: a minijinja error can hold
+        // template values, and dropping a deep one needs the big stack.
+        let render = || {
+            let template = self.env.get_template(NAME).map_err(render_error)?;
+            template.render(context).map_err(render_error)
+        };
+        let rendered = std::thread::scope(|scope| {
+            let thread = std::thread::Builder::new()
+                .name("chat-template".into())
+                .stack_size(RENDER_STACK_BYTES)
+                .spawn_scoped(scope, render)
+                .map_err(|e| Error::Render {
+                    line: None,
+                    detail: format!("cannot start the render thread: {e}"),
+                })?;
+            // A panic inside the engine is a bug there; still, an error.
+            thread.join().map_err(|_| Error::Render {
+                line: None,
+                detail: "the template engine panicked".into(),
+            })
+        })?;
+        rendered
+    }
+}
+
+fn render_error(err: minijinja::Error) -> Error {
+    match shims::raised_message(&err) {
+        Some(message) => Error::Raised { message },
+        None => Error::Render {
+            line: err.line(),
+            detail: describe(&err),
+        },
+    }
+}
+
+/// "kind: detail" without minijinja's "(in chat_template:3)" suffix: our
+/// errors carry the line themselves.
+fn describe(err: &minijinja::Error) -> String {
+    match err.detail() {
+        Some(detail) => format!("{}: {detail}", err.kind()),
+        None => err.kind().to_string(),
+    }
+}

@@ -1,0 +1,272 @@
+//! The chat crate's contract beyond matching jinja2: the ChatML fallback,
+//! reading the template from GGUF metadata, and errors (never panics) for
+//! broken, refusing or hostile templates.
+
+use chat::{ChatTemplate, Error, Message, CHATML_TEMPLATE, CHAT_TEMPLATE_KEY};
+use gguf::{Metadata, Value};
+
+fn conversation() -> Vec<Message> {
+    vec![
+        Message::system("Be brief."),
+        Message::user("Hi"),
+        Message::assistant("Hello!"),
+        Message::user("Bye"),
+    ]
+}
+
+#[test]
+fn fallback_is_chatml() {
+    let template = ChatTemplate::or_fallback(None, Some("<s>"), Some("</s>")).unwrap();
+    assert!(template.is_fallback());
+    let chatml = "<|im_start|>system\nBe brief.<|im_end|>\n\
+                  <|im_start|>user\nHi<|im_end|>\n\
+                  <|im_start|>assistant\nHello!<|im_end|>\n\
+                  <|im_start|>user\nBye<|im_end|>\n";
+    assert_eq!(template.render(&conversation(), false).unwrap(), chatml);
+    assert_eq!(
+        template.render(&conversation(), true).unwrap(),
+        format!("{chatml}<|im_start|>assistant\n")
+    );
+    assert_eq!(
+        template.render(&[], true).unwrap(),
+        "<|im_start|>assistant\n"
+    );
+}
+
+#[test]
+fn gguf_without_template_falls_back() {
+    let template = ChatTemplate::from_gguf(&Metadata::new(), None, None).unwrap();
+    assert!(template.is_fallback());
+
+    let mut md = Metadata::new();
+    md.set(CHAT_TEMPLATE_KEY, Value::String(" \n".into()));
+    let template = ChatTemplate::from_gguf(&md, None, None).unwrap();
+    assert!(template.is_fallback(), "a blank template counts as none");
+}
+
+#[test]
+fn gguf_template_is_used_with_its_tokens() {
+    let mut md = Metadata::new();
+    md.set(
+        CHAT_TEMPLATE_KEY,
+        Value::String(
+            "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}{{ eos_token }}"
+                .into(),
+        ),
+    );
+    let template = ChatTemplate::from_gguf(&md, Some("<s>"), Some("</s>")).unwrap();
+    assert!(!template.is_fallback());
+    assert_eq!(
+        template.render(&[Message::user("x")], false).unwrap(),
+        "<s>x</s>"
+    );
+}
+
+#[test]
+fn gguf_template_of_wrong_type_is_an_error() {
+    let mut md = Metadata::new();
+    md.set(CHAT_TEMPLATE_KEY, Value::U32(7));
+    let err = ChatTemplate::from_gguf(&md, None, None).unwrap_err();
+    assert!(matches!(err, Error::Metadata(_)), "{err:?}");
+    assert!(err.to_string().contains(CHAT_TEMPLATE_KEY), "{err}");
+}
+
+/// The fixture copy of SmolLM2's template is the one in the real GGUF, and
+/// bos/eos come out of its vocabulary as render.py assumes.
+#[test]
+fn real_smollm2_template_renders_like_the_fixture() {
+    let Some(path) = testkit::model(testkit::SMOLLM2_Q4_1) else {
+        return;
+    };
+    let file = gguf::GgufFile::open(&path).unwrap();
+    let vocab = tokenize::Vocab::from_gguf(file.metadata()).unwrap();
+    let bos = vocab.bos().and_then(|id| vocab.token_text(id));
+    let eos = vocab.eos().and_then(|id| vocab.token_text(id));
+    assert_eq!((bos, eos), (Some("<|im_start|>"), Some("<|im_end|>")));
+    let from_model = ChatTemplate::from_gguf(file.metadata(), bos, eos).unwrap();
+    assert!(!from_model.is_fallback());
+
+    let fixture = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/templates/HuggingFaceTB-SmolLM2-135M-Instruct.jinja"
+    ))
+    .unwrap();
+    assert_eq!(file.metadata().get_str(CHAT_TEMPLATE_KEY).unwrap(), fixture);
+    let prompt = from_model.render(&conversation()[1..], true).unwrap();
+    assert_eq!(
+        prompt,
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
+         <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n\
+         <|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"
+    );
+}
+
+#[test]
+fn fallback_source_is_the_documented_chatml() {
+    assert!(CHATML_TEMPLATE.contains("<|im_start|>"));
+    assert!(chat::FALLBACK_NOTICE.contains("ChatML"));
+}
+
+#[test]
+fn syntax_errors_name_the_line() {
+    let cases = [
+        ("{% for m in messages %}\n{{ m.content }}\n", "unclosed for"),
+        ("ok\n{{ messages[0] \n", "unclosed variable"),
+        ("\n\n{% if %}{% endif %}", "if without condition"),
+        ("{{ 'x' | no_such_filter }}", "unknown filter"),
+    ];
+    for (source, what) in cases {
+        match ChatTemplate::new(source, None, None) {
+            Err(err @ Error::Syntax { line: Some(_), .. }) => {
+                assert!(err.to_string().contains("at line"), "{what}: {err}")
+            }
+            // minijinja resolves filters at render time, jinja2 at compile
+            // time: either way an error, never a panic.
+            Ok(template) => {
+                let err = template.render(&[Message::user("x")], false).unwrap_err();
+                assert!(
+                    matches!(err, Error::Render { line: Some(1), .. }),
+                    "{what}: {err:?}"
+                );
+            }
+            Err(err) => panic!("{what}: {err:?}"),
+        }
+    }
+}
+
+#[test]
+fn raise_exception_carries_the_templates_message() {
+    let source = "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}ok";
+    let template = ChatTemplate::new(source, None, None).unwrap();
+    assert_eq!(template.render(&[Message::user("x")], true).unwrap(), "ok");
+    let err = template.render(&conversation(), true).unwrap_err();
+    match &err {
+        Error::Raised { message } => assert_eq!(message, "System role not supported"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        err.to_string(),
+        "chat template rejected the conversation: System role not supported"
+    );
+}
+
+#[test]
+fn render_errors_name_the_line() {
+    let template =
+        ChatTemplate::new("line one\n{{ messages[0].nope.deeper }}", None, None).unwrap();
+    let err = template.render(&[Message::user("x")], false).unwrap_err();
+    assert!(
+        matches!(err, Error::Render { line: Some(2), .. }),
+        "{err:?}"
+    );
+}
+
+/// A template is data from the model file: runaway loops, recursion and
+/// blow-ups end in an error, quickly.
+#[test]
+fn hostile_templates_fail_instead_of_hanging() {
+    let hostile = [
+        "{% for i in range(100000) %}{% for j in range(100000) %}{{ j }}{% endfor %}{% endfor %}",
+        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        "{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+        "{{ 'x' * 4000000000 }}",
+        // ~700k levels of nesting before the fuel runs out: minijinja drops
+        // them recursively, which needs far more than a default stack.
+        "{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% for j in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}{% endfor %}ok",
+        "{% set ns = namespace(x=[]) %}{% for i in range(3000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x | tojson }}",
+        "{% set ns = namespace(x=[]) %}{% for i in range(3000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+    ];
+    for source in hostile {
+        let start = std::time::Instant::now();
+        let template = ChatTemplate::new(source, None, None).unwrap();
+        let result = template.render(&[Message::user("x")], false);
+        assert!(
+            matches!(result, Err(Error::Render { .. })),
+            "{source}: {:?}",
+            result.map(|s| s.len())
+        );
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "{source} took {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+#[test]
+fn reserved_variables_cannot_be_overridden() {
+    let template = ChatTemplate::or_fallback(None, None, None).unwrap();
+    let mut extra = serde_json::Map::new();
+    extra.insert("messages".into(), serde_json::json!([]));
+    let err = template.render_with(&[], true, &extra).unwrap_err();
+    assert!(
+        matches!(err, Error::ReservedVariable(ref v) if v == "messages"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn missing_special_tokens_are_undefined() {
+    let source = "{{ bos_token is defined }} {{ eos_token is defined }} [{{ bos_token }}]";
+    let template = ChatTemplate::new(source, None, Some("</s>")).unwrap();
+    assert_eq!(template.render(&[], false).unwrap(), "False True []");
+}
+
+#[test]
+fn strftime_now_reads_the_clock_unless_pinned() {
+    let source = "{{ strftime_now('%Y-%m-%d') }}";
+    let live = ChatTemplate::new(source, None, None).unwrap();
+    let today = live.render(&[], false).unwrap();
+    assert_eq!(today.len(), 10, "{today}");
+
+    let pinned = live.with_now(chat::DateTime::new(2024, 7, 26, 9, 0, 0, 0).unwrap());
+    assert_eq!(pinned.render(&[], false).unwrap(), "2024-07-26");
+
+    let bad = ChatTemplate::new("{{ strftime_now('%Q') }}", None, None).unwrap();
+    assert!(matches!(bad.render(&[], false), Err(Error::Render { .. })));
+}
+
+/// The work budget that stops hostile templates leaves room for real
+/// conversations far longer than any context window.
+#[test]
+fn long_conversations_fit_the_work_budget() {
+    let source = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/templates/meta-llama-Llama-3.2-3B-Instruct.jinja"
+    ))
+    .unwrap();
+    let template =
+        ChatTemplate::new(&source, Some("<|begin_of_text|>"), Some("<|eot_id|>")).unwrap();
+    let turn = "word ".repeat(200);
+    let messages: Vec<Message> = (0..4000)
+        .map(|i| {
+            if i % 2 == 0 {
+                Message::user(&turn)
+            } else {
+                Message::assistant(&turn)
+            }
+        })
+        .collect();
+    let prompt = template.render(&messages, true).unwrap();
+    assert!(prompt.len() > 4000 * 1000, "{}", prompt.len());
+}
+
+/// Deeply nested syntax is refused by the parser, not a stack overflow.
+#[test]
+fn deeply_nested_source_is_a_syntax_error() {
+    let n = 100_000;
+    let sources = [
+        format!("{{{{ {}1{} }}}}", "(".repeat(n), ")".repeat(n)),
+        format!("{{{{ {}1{} }}}}", "[".repeat(n), "]".repeat(n)),
+        format!("{}x{}", "{% if true %}".repeat(n), "{% endif %}".repeat(n)),
+    ];
+    for source in sources {
+        let result = ChatTemplate::new(&source, None, None);
+        assert!(
+            matches!(result, Err(Error::Syntax { .. })),
+            "{}...: {:?}",
+            &source[..20],
+            result.map(|_| ())
+        );
+    }
+}

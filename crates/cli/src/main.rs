@@ -19,12 +19,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Show the CPU, caches, cores and memory bandwidth, and how a model
+    /// fits them.
+    Info(commands::info::Args),
     /// Show a GGUF file's metadata, tensor table and totals by type.
     Inspect(commands::inspect::Args),
+    /// Perplexity of a model over a text, windowed like llama-perplexity.
+    Perplexity(commands::perplexity::Args),
     /// Convert a GGUF model to another tensor type or a llama.cpp-style mix.
     Quantize(commands::quantize::Args),
     /// Generate text from a prompt, streaming it to stdout.
     Run(commands::run::Args),
+    /// Measure read and copy bandwidth of a buffer (STREAM-style).
+    Stream(commands::stream::Args),
     /// Show how the model's tokenizer splits a text.
     Tokenize(commands::tokenize::Args),
 }
@@ -32,9 +39,12 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Info(a) => commands::info::run(a),
         Command::Inspect(a) => commands::inspect::run(a),
+        Command::Perplexity(a) => commands::perplexity::run(a),
         Command::Quantize(a) => commands::quantize::run(a),
         Command::Run(a) => commands::run::run(a),
+        Command::Stream(a) => commands::stream::run(a),
         Command::Tokenize(a) => commands::tokenize::run(a),
     };
     match result {

@@ -31,6 +31,11 @@ fn greedy_continuation_streams_and_reports_timings() {
     );
     assert!(err.contains("2 threads"), "{err}");
 
+    // Without -t: the physical cores available, with the reason logged.
+    let (ok, _, err) = cachefit(&["run", "-m", &m, "-p", p, "-n", "1"]);
+    assert!(ok, "{err}");
+    assert!(err.contains("physical core"), "{err}");
+
     // Same tokens on one thread, and with the file read into memory.
     let (ok, out1, err) = cachefit(&["run", "-m", &m, "-p", p, "-n", "8", "-t", "1", "--no-mmap"]);
     assert!(ok, "{err}");
@@ -117,6 +122,65 @@ fn stops_at_end_of_generation_unless_ignored() {
 }
 
 #[test]
+fn stop_strings_penalties_and_cache_types() {
+    let Some(m) = model() else { return };
+    let p = "The capital of France is";
+    let json = |args: &[&str]| -> serde_json::Value {
+        let mut a = vec!["run", "-m", &m, "-p", p, "--json"];
+        a.extend_from_slice(args);
+        let (ok, out, err) = cachefit(&a);
+        assert!(ok, "{args:?}: {err}");
+        serde_json::from_str(&out).unwrap()
+    };
+    let base = json(&["-n", "24"]);
+    let text = base["text"].as_str().unwrap().to_string();
+    assert!(text.starts_with(" Paris."), "{text:?}");
+
+    // --stop cuts the output before the stop string and says so.
+    let v = json(&["-n", "24", "--stop", "."]);
+    assert_eq!(
+        (
+            v["text"].as_str(),
+            v["stop"].as_str(),
+            v["stop_string"].as_str()
+        ),
+        (Some(" Paris"), Some("stop"), Some("."))
+    );
+    // A stop string that never occurs changes nothing.
+    let v = json(&["-n", "24", "--stop", "zzzz-never"]);
+    assert_eq!(v["text"], base["text"]);
+
+    // A strong repeat penalty changes a greedy continuation that repeats.
+    let v = json(&["-n", "24", "--repeat-penalty", "3.0"]);
+    assert_ne!(v["text"], base["text"], "repeat penalty had no effect");
+    let v = json(&[
+        "-n",
+        "24",
+        "--presence-penalty",
+        "5",
+        "--frequency-penalty",
+        "2",
+    ]);
+    assert_ne!(
+        v["text"], base["text"],
+        "presence/frequency penalties had no effect"
+    );
+
+    // Prompt batch sizes give the same greedy text (bit-identical logits),
+    // and the q8_0 and f32 caches still answer Paris.
+    for b in ["1", "3", "512"] {
+        assert_eq!(json(&["-n", "24", "-b", b])["text"], base["text"], "-b {b}");
+    }
+    for ct in ["q8_0", "f32"] {
+        let v = json(&["-n", "4", "--cache-type", ct]);
+        assert!(
+            v["text"].as_str().unwrap().starts_with(" Paris"),
+            "{ct}: {v}"
+        );
+    }
+}
+
+#[test]
 fn clear_errors() {
     let Some(m) = model() else { return };
     let fails = |args: &[&str], want: &str| {
@@ -132,6 +196,24 @@ fn clear_errors() {
     let long = "word ".repeat(100);
     fails(&["run", "-m", &m, "-p", &long, "-c", "16"], "context of 16");
     fails(&["run", "-m", &m], "--prompt");
+    fails(
+        &["run", "-m", &m, "-p", "x", "--cache-type", "q4_0"],
+        "unknown cache type",
+    );
+    fails(
+        &["run", "-m", &m, "-p", "x", "-b", "0"],
+        "-b must be at least 1",
+    );
+    fails(
+        &["run", "-m", &m, "-p", "x", "-t", "0"],
+        "-t must be at least 1",
+    );
+    fails(&["run", "-m", &m, "-p", "x", "--temp", "-1"], "--temp");
+    fails(&["run", "-m", &m, "-p", "x", "--top-p", "1.5"], "--top-p");
+    fails(
+        &["run", "-m", &m, "-p", "x", "--repeat-penalty", "0"],
+        "--repeat-penalty",
+    );
     fails(
         &["run", "-m", "/nonexistent.gguf", "-p", "x"],
         "/nonexistent.gguf",

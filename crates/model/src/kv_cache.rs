@@ -13,7 +13,9 @@
 use crate::Error;
 use bytemuck::{Pod, Zeroable};
 use gguf::GgmlType;
-use kernels::traits::{traits, TypeTraits};
+use half::f16;
+use kernels::quant::f16::{f16_to_f32_row, f32_to_f16_row};
+use kernels::traits::traits;
 use std::fmt;
 use std::str::FromStr;
 
@@ -81,9 +83,44 @@ impl FromStr for KvType {
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Word([u8; 8]);
 
+/// Conversions between a stored head and f32: the traits table's, except
+/// for f16, whose row converters use F16C/NEON where the CPU has them (the
+/// table holds the scalar reference).
+#[derive(Clone, Copy)]
+struct Codec {
+    to_f32: fn(&[u8], &mut [f32]),
+    from_f32: fn(&[f32], &mut [u8]),
+}
+
+fn f16_widen(src: &[u8], dst: &mut [f32]) {
+    f16_to_f32_row(bytemuck::cast_slice::<u8, f16>(src), dst)
+}
+
+fn f16_narrow(src: &[f32], dst: &mut [u8]) {
+    f32_to_f16_row(src, bytemuck::cast_slice_mut::<u8, f16>(dst))
+}
+
+impl Codec {
+    fn for_type(ty: KvType) -> Codec {
+        match ty {
+            KvType::F16 => Codec {
+                to_f32: f16_widen,
+                from_f32: f16_narrow,
+            },
+            _ => {
+                let tr = traits(ty.ggml_type()).expect("the kernels support q8_0 and f32");
+                Codec {
+                    to_f32: tr.to_float,
+                    from_f32: tr.from_float,
+                }
+            }
+        }
+    }
+}
+
 pub struct KvCache {
     ty: KvType,
-    tr: &'static TypeTraits,
+    codec: Codec,
     n_ctx: usize,
     n_kv_heads: usize,
     head_dim: usize,
@@ -107,12 +144,11 @@ impl KvCache {
                 ty.ggml_type().block_size()
             ),
         })?;
-        let tr = traits(ty.ggml_type()).expect("the kernels support f16, q8_0 and f32");
         let bytes = Self::bytes_for(ty, n_layers, n_ctx, n_kv_heads, head_dim).unwrap_or(0) / 2;
         let words = (bytes as usize).div_ceil(8);
         Ok(KvCache {
             ty,
-            tr,
+            codec: Codec::for_type(ty),
             n_ctx,
             n_kv_heads,
             head_dim,
@@ -162,7 +198,7 @@ impl KvCache {
     pub fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let r = self.row_range(layer, pos);
         let (hd, hb) = (self.head_dim, self.head_bytes);
-        let from_float = self.tr.from_float;
+        let from_float = self.codec.from_f32;
         for (buf, x) in [(&mut self.keys, k), (&mut self.values, v)] {
             let row = &mut bytemuck::cast_slice_mut::<Word, u8>(buf)[r.clone()];
             for (dst, src) in row.chunks_exact_mut(hb).zip(x.chunks_exact(hd)) {
@@ -180,7 +216,7 @@ impl KvCache {
             values: &bytemuck::cast_slice::<Word, u8>(&self.values)[start..start + len],
             row_bytes: self.row_bytes(),
             head_bytes: self.head_bytes,
-            tr: self.tr,
+            to_f32: self.codec.to_f32,
         }
     }
 }
@@ -192,7 +228,7 @@ pub struct LayerKv<'a> {
     values: &'a [u8],
     row_bytes: usize,
     head_bytes: usize,
-    tr: &'static TypeTraits,
+    to_f32: fn(&[u8], &mut [f32]),
 }
 
 impl LayerKv<'_> {
@@ -203,12 +239,12 @@ impl LayerKv<'_> {
 
     /// Key of `kv_head` at `pos`, widened into `out` `(head_dim,)`.
     pub fn key(&self, pos: usize, kv_head: usize, out: &mut [f32]) {
-        (self.tr.to_float)(self.head(self.keys, pos, kv_head), out);
+        (self.to_f32)(self.head(self.keys, pos, kv_head), out);
     }
 
     /// Value of `kv_head` at `pos`, widened into `out` `(head_dim,)`.
     pub fn value(&self, pos: usize, kv_head: usize, out: &mut [f32]) {
-        (self.tr.to_float)(self.head(self.values, pos, kv_head), out);
+        (self.to_f32)(self.head(self.values, pos, kv_head), out);
     }
 }
 

@@ -1,27 +1,26 @@
 //! `cachefit run -m FILE -p PROMPT`: load a model, evaluate the prompt and
 //! stream the continuation to stdout; timings on stderr like llama.cpp.
 //!
-//! The prompt is evaluated one token at a time through the decode path (no
-//! batched prefill yet). Sampling is greedy unless `--temp` > 0.
+//! The prompt is evaluated in batches of `-b` tokens, then one token per
+//! step. Sampling is greedy unless `--temp` > 0; penalties, min-p and stop
+//! strings as in llama.cpp's `llama-cli`.
 
+use super::common::{self, ContextArgs, ModelArgs};
 use anyhow::{bail, Context, Result};
-use engine::{Sampler, SamplerConfig, StopConditions};
-use gguf::{GgufFile, OpenOptions};
+use engine::{Sampler, SamplerConfig, StopConditions, StopMatcher};
 use kernels::pool::ThreadPool;
-use model::{forward, MemoryEstimate, ModelConfig, State, Weights};
+use model::{forward, forward_batch, Logits, State, Weights};
 use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-/// Context used when `-c` is not given, if the model allows that much.
-const DEFAULT_CTX: usize = 4096;
-
 #[derive(clap::Args)]
 pub struct Args {
-    /// GGUF model file.
-    #[arg(short = 'm', long)]
-    pub model: PathBuf,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub ctx: ContextArgs,
     /// Prompt text.
     #[arg(
         short = 'p',
@@ -37,17 +36,11 @@ pub struct Args {
     /// context is full).
     #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
     pub n_predict: i64,
-    /// Context size in tokens (default: the model's, at most 4096).
-    #[arg(short = 'c', long = "ctx-size")]
-    pub ctx_size: Option<usize>,
-    /// Threads (default: available parallelism).
-    #[arg(short = 't', long)]
-    pub threads: Option<usize>,
     /// Sampling seed (default: random).
-    #[arg(long)]
+    #[arg(short = 's', long)]
     pub seed: Option<u32>,
     /// Temperature; 0 (the default) samples greedily.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub temp: f32,
     /// Keep the k most likely tokens (0: all).
     #[arg(long = "top-k", default_value_t = 40)]
@@ -55,15 +48,31 @@ pub struct Args {
     /// Nucleus sampling threshold (1: off).
     #[arg(long = "top-p", default_value_t = 0.95)]
     pub top_p: f32,
+    /// Drop tokens less likely than this fraction of the best one (0: off).
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Penalize repeats of the last --repeat-last-n tokens (1: off).
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Tokens the penalties look back over (0: off, -1: the context).
+    #[arg(
+        long = "repeat-last-n",
+        default_value_t = 64,
+        allow_negative_numbers = true
+    )]
+    pub repeat_last_n: i64,
+    /// Subtract this times a token's count in the window (0: off).
+    #[arg(long = "frequency-penalty", default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Subtract this once from every token in the window (0: off).
+    #[arg(long = "presence-penalty", default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// Stop when the output contains this text (not printed); repeatable.
+    #[arg(long = "stop", visible_alias = "reverse-prompt", short = 'r')]
+    pub stop: Vec<String>,
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// Lock the model's pages in RAM.
-    #[arg(long)]
-    pub mlock: bool,
-    /// Read the model into memory instead of memory-mapping it.
-    #[arg(long)]
-    pub no_mmap: bool,
     /// Print one JSON line (text, token counts, timings) instead of
     /// streaming.
     #[arg(long)]
@@ -92,58 +101,56 @@ fn read_prompt(args: &Args) -> Result<String> {
     Ok(prompt)
 }
 
+fn check_sampling(args: &Args) -> Result<()> {
+    let finite = [
+        ("--temp", args.temp),
+        ("--top-p", args.top_p),
+        ("--min-p", args.min_p),
+        ("--repeat-penalty", args.repeat_penalty),
+        ("--frequency-penalty", args.frequency_penalty),
+        ("--presence-penalty", args.presence_penalty),
+    ];
+    if let Some((name, v)) = finite.iter().find(|(_, v)| !v.is_finite()) {
+        bail!("{name} {v} is not a number");
+    }
+    if args.temp < 0.0 {
+        bail!("--temp must be at least 0");
+    }
+    if !(0.0..=1.0).contains(&args.top_p) || !(0.0..=1.0).contains(&args.min_p) {
+        bail!("--top-p and --min-p must be between 0 and 1");
+    }
+    if args.repeat_penalty <= 0.0 {
+        bail!("--repeat-penalty must be positive (1 is off)");
+    }
+    if args.repeat_last_n < -1 {
+        bail!("--repeat-last-n must be -1 (the whole context), 0 (off) or positive");
+    }
+    Ok(())
+}
+
 pub fn run(args: Args) -> Result<()> {
     let t_start = Instant::now();
     let prompt = read_prompt(&args)?;
-    let threads = match args.threads {
-        Some(0) => bail!("-t must be at least 1"),
-        Some(t) => t,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
-
-    let opts = OpenOptions {
-        mmap: !args.no_mmap,
-        mlock: args.mlock,
-        ..Default::default()
-    };
-    let file = GgufFile::open_with(&args.model, opts)?;
-    let path = args.model.display();
-    let cfg = ModelConfig::from_gguf(file.metadata())
-        .with_context(|| format!("{path}: reading the model config"))?;
-    let vocab = tokenize::Vocab::from_gguf(file.metadata())
-        .with_context(|| format!("{path}: the model has no usable tokenizer"))?;
-
-    let n_ctx = match args.ctx_size {
-        Some(0) => bail!("-c must be at least 1"),
-        Some(c) if c > cfg.context_length => bail!(
-            "-c {c} is larger than the model's context length {}",
-            cfg.context_length
-        ),
-        Some(c) => c,
-        None => cfg.context_length.min(DEFAULT_CTX),
-    };
-    let weights_bytes: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
-    let need = MemoryEstimate::new(&cfg, weights_bytes, n_ctx);
-    if let Some(avail) = model::mem_available() {
-        // A mapped file already in the page cache is counted as available,
-        // so this errs on the side of letting a load go ahead.
-        need.check(avail)?;
-    }
-    let weights = Weights::from_gguf(&file, &cfg).with_context(|| format!("{path}"))?;
+    check_sampling(&args)?;
+    let choice = common::threads(args.model.threads)?;
+    let (threads, why) = (choice.n, choice.reason);
+    let opened = common::open_model(&args.model)?;
+    let (cfg, vocab) = (&opened.cfg, &opened.vocab);
+    let path = args.model.model.display();
+    let opts = common::state_options(&opened, &args.ctx, false)?;
+    let n_ctx = opts.n_ctx;
+    let weights = Weights::from_gguf(&opened.file, cfg).with_context(|| format!("{path}"))?;
     let pool = ThreadPool::new(threads);
-    let mut state = State::new(&cfg, &weights, n_ctx);
+    let mut state = State::with_options(cfg, &weights, &opts)?;
     let load_ms = ms(t_start);
     eprintln!(
-        "cachefit: {} ({}, {} layers), ctx {n_ctx}, {threads} thread{}{}, kernels {}",
+        "cachefit: {} ({}, {} layers), ctx {n_ctx}, {} KV cache, batch {}, {threads} thread{} ({why}), kernels {}",
         path,
         cfg.arch.name(),
         cfg.n_layers,
+        opts.kv_type,
+        opts.n_batch,
         if threads == 1 { "" } else { "s" },
-        if args.threads.is_none() {
-            " (available parallelism)"
-        } else {
-            ""
-        },
         kernels::isa::selected().name()
     );
 
@@ -175,25 +182,48 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
 
-    // Prompt, one token at a time.
+    // Prompt, in batches of -b tokens.
     let t_prompt = Instant::now();
-    for (pos, &t) in tokens.iter().enumerate() {
-        forward(&cfg, &weights, &mut state, &pool, t, pos);
+    for (i, chunk) in tokens.chunks(opts.n_batch).enumerate() {
+        forward_batch(
+            cfg,
+            &weights,
+            &mut state,
+            &pool,
+            chunk,
+            i * opts.n_batch,
+            Logits::Last,
+        );
     }
     let prompt_ms = ms(t_prompt);
 
+    let penalty_last_n = match args.repeat_last_n {
+        -1 => n_ctx,
+        n => n as usize,
+    };
     let mut sampler = Sampler::new(SamplerConfig {
         temp: args.temp,
         top_k: args.top_k,
         top_p: args.top_p,
+        min_p: args.min_p,
+        repeat_penalty: args.repeat_penalty,
+        frequency_penalty: args.frequency_penalty,
+        presence_penalty: args.presence_penalty,
+        penalty_last_n,
         seed: args.seed,
         ..SamplerConfig::greedy()
     });
+    // The prompt counts for the penalties, as in llama.cpp.
+    for &t in &tokens {
+        sampler.accept(t);
+    }
     let stop = StopConditions {
         eog_tokens: vocab.eog_tokens().to_vec(),
-        stop_strings: Vec::new(),
+        stop_strings: args.stop.clone(),
         ignore_eos: args.ignore_eos,
     };
+    let mut matcher = StopMatcher::new(&args.stop);
+    let mut shown = String::new();
     let mut stream = vocab.stream_decoder();
     let mut text = String::new();
     let mut stdout = std::io::stdout().lock();
@@ -215,11 +245,16 @@ pub fn run(args: Args) -> Result<()> {
         sampler.accept(tok);
         generated += 1;
         let piece = stream.push(tok);
+        shown.clear();
+        let hit_stop = matcher.push(&piece, &mut shown);
         if args.json {
-            text.push_str(&piece);
+            text.push_str(&shown);
         } else {
-            stdout.write_all(piece.as_bytes())?;
+            stdout.write_all(shown.as_bytes())?;
             stdout.flush()?;
+        }
+        if hit_stop {
+            break "stop";
         }
         if generated >= limit {
             break "length";
@@ -227,13 +262,18 @@ pub fn run(args: Args) -> Result<()> {
         if pos >= n_ctx {
             break "context";
         }
-        forward(&cfg, &weights, &mut state, &pool, tok, pos);
+        forward(cfg, &weights, &mut state, &pool, tok, pos);
         pos += 1;
     };
     let gen_ms = ms(t_gen);
-    let tail = stream.finish();
+    shown.clear();
+    if stop_reason != "stop" {
+        matcher.push(&stream.finish(), &mut shown);
+        matcher.finish(&mut shown);
+    }
+    let tail = &shown;
     if args.json {
-        text.push_str(&tail);
+        text.push_str(tail);
     } else {
         stdout.write_all(tail.as_bytes())?;
         writeln!(stdout)?;
@@ -258,6 +298,7 @@ pub fn run(args: Args) -> Result<()> {
                 "prompt_tokens": tokens.len(),
                 "generated_tokens": generated,
                 "stop": stop_reason,
+                "stop_string": matcher.matched(),
                 "n_ctx": n_ctx,
                 "threads": threads,
                 "seed": sampler.seed(),

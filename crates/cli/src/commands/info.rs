@@ -1,0 +1,422 @@
+//! `cachefit info [-m FILE] [-c CTX] [-t N] [--json] [--quick]`: what this
+//! machine offers a model and what a model asks of it.
+//!
+//! The machine half: CPU, the features the kernels use and the kernel set
+//! picked, the CPUs, cores and cgroup quota that decide the default thread
+//! count, cache sizes, and the read bandwidth of a buffer sized for each
+//! level (half of L1d, half of L2, half of L3, then DRAM). The model half:
+//! its weights, KV cache and working set, the smallest level that holds
+//! them, and the decode speed that level's bandwidth allows when every
+//! token reads all weights plus a full-context KV cache. That is a ceiling:
+//! compute, synchronisation and a shorter context move real speed from it
+//! in both directions.
+
+use super::inspect::human_bytes;
+use super::stream::PROBE_TIME;
+use anyhow::{Context, Result};
+use gguf::GgufFile;
+use kernels::bandwidth::{measure_read, Bandwidth};
+use kernels::isa::{self, Isa};
+use kernels::pool::ThreadPool;
+use machine::{format_cpulist, Cache, Machine};
+use model::{MemoryEstimate, ModelConfig};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The DRAM probe reads at least this much, so that a large L3 (or the
+/// host's caches behind a VM) does not make it look fast.
+const MIN_DRAM_PROBE: u64 = 256 << 20;
+/// Time per probe with `--quick`.
+const QUICK_PROBE_TIME: Duration = Duration::from_millis(20);
+/// What the decode ceiling counts as read per token.
+const BYTES_PER_TOKEN_COUNTS: &str = "weights + KV cache at full context";
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// GGUF model to size against this machine.
+    #[arg(short = 'm', long)]
+    pub model: Option<PathBuf>,
+    /// Context size for the KV cache (default: the model's, at most 4096).
+    #[arg(short = 'c', long = "ctx-size", requires = "model")]
+    pub ctx_size: Option<usize>,
+    /// Threads for the bandwidth probes (default: the physical cores this
+    /// process may use, capped by its cgroup CPU quota).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Probe for a few milliseconds per level instead of half a second
+    /// (noisier numbers).
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// A memory level the probes and the fit are about.
+struct Level {
+    /// "L1", "L2", "L3", "DRAM".
+    name: &'static str,
+    /// What it holds: the sysfs cache size, or the memory available for
+    /// DRAM (`None` if unknown).
+    capacity: Option<u64>,
+    probe_bytes: u64,
+    bandwidth: Bandwidth,
+}
+
+/// What a model needs, before any probing.
+struct ModelNeeds {
+    file: PathBuf,
+    n_ctx: usize,
+    memory: MemoryEstimate,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    // Model errors first: no point probing for seconds to then fail.
+    let needs = match &args.model {
+        Some(path) => Some(model_needs(path, args.ctx_size)?),
+        None => None,
+    };
+    let machine = Machine::probe();
+    let threads = match args.threads {
+        Some(_) => super::common::threads(args.threads)?,
+        None => machine.threads.clone(),
+    };
+    let probe_time = if args.quick {
+        QUICK_PROBE_TIME
+    } else {
+        PROBE_TIME
+    };
+    let pool = ThreadPool::new(threads.n);
+    let levels = probe_levels(&machine, &pool, probe_time);
+    let fit = needs.as_ref().map(|n| fit(n, &levels));
+
+    if args.json {
+        let out = json!({
+            "cpu": {"model": machine.cpu.model_name, "vendor": machine.cpu.vendor},
+            "features": features().into_iter().map(|(f, on)| (f.to_string(), json!(on))).collect::<serde_json::Map<_, _>>(),
+            "kernels": kernels_json(),
+            "cpus": {
+                "allowed": format_cpulist(&machine.cores.allowed),
+                "n_allowed": machine.cores.allowed.len(),
+                "physical_cores": machine.cores.physical,
+                "cgroup_quota_cpus": machine.cores.quota.as_ref().map(|q| q.cpus),
+                "cgroup_quota_file": machine.cores.quota.as_ref().map(|q| q.file.display().to_string()),
+            },
+            "default_threads": {"n": machine.threads.n, "reason": machine.threads.reason},
+            "threads": threads.n,
+            "caches": machine.caches.levels().map(cache_json).collect::<Vec<_>>(),
+            "probe_ms": probe_time.as_millis() as u64,
+            "bandwidth": levels.iter().map(|l| json!({
+                "level": l.name,
+                "buffer_bytes": l.probe_bytes,
+                "threads": threads.n,
+                "best_gbps": l.bandwidth.best_gbps,
+                "median_gbps": l.bandwidth.median_gbps,
+                "passes": l.bandwidth.passes,
+            })).collect::<Vec<_>>(),
+            "model": match (&needs, &fit) {
+                (Some(n), Some(f)) => model_json(n, f, &threads),
+                _ => Value::Null,
+            },
+        });
+        println!("{out}");
+        return Ok(());
+    }
+
+    print_machine(&machine, &threads, &levels, probe_time);
+    if let (Some(n), Some(f)) = (&needs, &fit) {
+        print_model(n, f, &threads);
+    }
+    Ok(())
+}
+
+fn model_needs(path: &Path, ctx_size: Option<usize>) -> Result<ModelNeeds> {
+    let file = GgufFile::open(path)?;
+    let cfg = ModelConfig::from_gguf(file.metadata())
+        .with_context(|| format!("{}: reading the model config", path.display()))?;
+    let n_ctx = super::common::n_ctx(&cfg, ctx_size)?;
+    let weights_bytes: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
+    Ok(ModelNeeds {
+        file: path.to_path_buf(),
+        n_ctx,
+        memory: MemoryEstimate::new(&cfg, weights_bytes, n_ctx),
+    })
+}
+
+/// Read bandwidth of a buffer half the size of each known cache level, and
+/// of a DRAM-sized one.
+fn probe_levels(machine: &Machine, pool: &ThreadPool, probe_time: Duration) -> Vec<Level> {
+    let caches = &machine.caches;
+    let mut levels = Vec::new();
+    for (name, cache) in [("L1", &caches.l1d), ("L2", &caches.l2), ("L3", &caches.l3)] {
+        if let Some(c) = cache {
+            levels.push(probe(
+                pool,
+                name,
+                Some(c.size_bytes),
+                c.size_bytes / 2,
+                probe_time,
+            ));
+        }
+    }
+    let available = model::mem_available();
+    let mut dram = caches
+        .l3
+        .as_ref()
+        .map_or(0, |c| c.size_bytes.saturating_mul(4))
+        .max(MIN_DRAM_PROBE);
+    if let Some(avail) = available {
+        // Never the probe that pushes a small machine into swap.
+        dram = dram.min(avail / 2);
+    }
+    levels.push(probe(pool, "DRAM", available, dram, probe_time));
+    levels
+}
+
+fn probe(
+    pool: &ThreadPool,
+    name: &'static str,
+    capacity: Option<u64>,
+    bytes: u64,
+    probe_time: Duration,
+) -> Level {
+    let probe_bytes = bytes.max(8);
+    let bandwidth = measure_read(
+        pool,
+        usize::try_from(probe_bytes).unwrap_or(usize::MAX),
+        probe_time,
+    );
+    Level {
+        name,
+        capacity,
+        probe_bytes,
+        bandwidth,
+    }
+}
+
+/// Where a model's working set lives and how fast decode can go there.
+struct Fit<'a> {
+    /// The smallest level that holds the working set (DRAM if no cache
+    /// does, even when DRAM is too small: the probe says nothing faster).
+    level: &'a Level,
+    /// False only when the working set exceeds even the available memory.
+    fits: bool,
+    /// Whether it fits in half that level (`None` for DRAM of unknown
+    /// size). Half, because the activations, the KV cache being written
+    /// and everything else running compete for the rest.
+    fits_in_half: Option<bool>,
+    bytes_per_token: u64,
+    ceiling_tok_s: f64,
+}
+
+fn fit<'a>(needs: &ModelNeeds, levels: &'a [Level]) -> Fit<'a> {
+    let working_set = needs.memory.total();
+    // `probe_levels` always ends with DRAM.
+    let dram = &levels[levels.len() - 1];
+    let level = levels
+        .iter()
+        .find(|l| l.capacity.is_some_and(|c| working_set <= c))
+        .unwrap_or(dram);
+    let bytes_per_token = needs.memory.weights + needs.memory.kv_cache;
+    Fit {
+        level,
+        fits: level.capacity.is_none_or(|c| working_set <= c),
+        fits_in_half: level.capacity.map(|c| working_set <= c / 2),
+        bytes_per_token,
+        ceiling_tok_s: level.bandwidth.best_gbps * 1e9 / bytes_per_token.max(1) as f64,
+    }
+}
+
+/// The CPU features the kernel sets are written for, and whether this CPU
+/// has each (the checks `kernels::isa` makes).
+fn features() -> Vec<(&'static str, bool)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        vec![
+            ("avx2", has!("avx2")),
+            ("fma", has!("fma")),
+            ("f16c", has!("f16c")),
+            ("avx512f", has!("avx512f")),
+            ("avx512bw", has!("avx512bw")),
+            ("avx512vl", has!("avx512vl")),
+            ("avx512dq", has!("avx512dq")),
+            ("avx512vnni", has!("avx512vnni")),
+        ]
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        use std::arch::is_aarch64_feature_detected as has;
+        vec![("neon", has!("neon")), ("dotprod", has!("dotprod"))]
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        Vec::new()
+    }
+}
+
+fn kernels_json() -> Value {
+    json!({
+        "selected": isa::selected().name(),
+        "best_supported": Isa::detect().name(),
+        "supported": Isa::supported().iter().map(|i| i.name()).collect::<Vec<_>>(),
+        "forced_by_env": std::env::var(isa::ENV_VAR).ok(),
+    })
+}
+
+fn cache_json(c: &Cache) -> Value {
+    json!({
+        "name": c.name(),
+        "level": c.level,
+        "bytes": c.size_bytes,
+        "shared_cpus": c.shared_cpus.as_deref().map(format_cpulist),
+    })
+}
+
+fn model_json(needs: &ModelNeeds, fit: &Fit, threads: &machine::ThreadChoice) -> Value {
+    let m = &needs.memory;
+    json!({
+        "file": needs.file.display().to_string(),
+        "n_ctx": needs.n_ctx,
+        "weights_bytes": m.weights,
+        "kv_bytes": m.kv_cache,
+        "scratch_bytes": m.scratch,
+        "working_set_bytes": m.total(),
+        "fits_level": fit.level.name,
+        "fits_level_bytes": fit.level.capacity,
+        "fits_in_memory": fit.fits,
+        "fits_in_half": fit.fits_in_half,
+        "bytes_per_token": fit.bytes_per_token,
+        "bytes_per_token_counts": BYTES_PER_TOKEN_COUNTS,
+        "level_read_gbps": fit.level.bandwidth.best_gbps,
+        "decode_ceiling_tok_s": fit.ceiling_tok_s,
+        "recommended_threads": threads.n,
+        "recommended_threads_reason": threads.reason,
+    })
+}
+
+fn print_machine(
+    machine: &Machine,
+    threads: &machine::ThreadChoice,
+    levels: &[Level],
+    probe_time: Duration,
+) {
+    let cpu = &machine.cpu;
+    println!(
+        "cpu:       {}{}",
+        cpu.model_name.as_deref().unwrap_or("unknown"),
+        cpu.vendor
+            .as_deref()
+            .map_or(String::new(), |v| format!(" ({v})"))
+    );
+    let feats = features();
+    let list = |on: bool| {
+        let v: Vec<&str> = feats
+            .iter()
+            .filter(|(_, h)| *h == on)
+            .map(|(f, _)| *f)
+            .collect();
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(" ")
+        }
+    };
+    println!("features:  {} (missing: {})", list(true), list(false));
+    let selected = isa::selected();
+    let why = match std::env::var(isa::ENV_VAR) {
+        Ok(v) => format!("{}={v}", isa::ENV_VAR),
+        Err(_) => "the best this CPU supports".to_string(),
+    };
+    println!("kernels:   {} ({why})", selected.name());
+    let cores = &machine.cores;
+    println!(
+        "cpus:      {} allowed ({}), {} physical core{}, cgroup quota {}",
+        cores.allowed.len(),
+        format_cpulist(&cores.allowed),
+        cores.physical,
+        if cores.physical == 1 { "" } else { "s" },
+        cores.quota.as_ref().map_or("none".to_string(), |q| format!(
+            "{} CPUs ({})",
+            q.cpus,
+            q.file.display()
+        ))
+    );
+    println!(
+        "threads:   {} by default: {}",
+        machine.threads.n, machine.threads.reason
+    );
+    let caches: Vec<String> = machine
+        .caches
+        .levels()
+        .map(|c| {
+            let shared = match &c.shared_cpus {
+                Some(cpus) if cpus.len() > 1 => format!(" shared by CPUs {}", format_cpulist(cpus)),
+                Some(_) => " per core".to_string(),
+                None => String::new(),
+            };
+            format!("{} {}{shared}", c.name(), human_bytes(c.size_bytes))
+        })
+        .collect();
+    println!(
+        "caches:    {}",
+        if caches.is_empty() {
+            "unknown".to_string()
+        } else {
+            caches.join(", ")
+        }
+    );
+    println!(
+        "\nread bandwidth with {} thread{}, best pass over {} ms per level:",
+        threads.n,
+        if threads.n == 1 { "" } else { "s" },
+        probe_time.as_millis()
+    );
+    for l in levels {
+        println!(
+            "  {:<5} {:>11}  {:>8.1} GB/s  (median {:.1})",
+            l.name,
+            human_bytes(l.probe_bytes),
+            l.bandwidth.best_gbps,
+            l.bandwidth.median_gbps
+        );
+    }
+}
+
+fn print_model(needs: &ModelNeeds, fit: &Fit, threads: &machine::ThreadChoice) {
+    let m = &needs.memory;
+    println!("\nmodel:     {}", needs.file.display());
+    println!("  weights        {}", human_bytes(m.weights));
+    println!(
+        "  KV cache       {} at {} tokens",
+        human_bytes(m.kv_cache),
+        needs.n_ctx
+    );
+    println!("  scratch        {}", human_bytes(m.scratch));
+    println!("  working set    {}", human_bytes(m.total()));
+    let l = fit.level;
+    let capacity = match (l.capacity, l.name) {
+        (None, _) => "size unknown".to_string(),
+        (Some(c), "DRAM") => format!("{} available", human_bytes(c)),
+        (Some(c), _) => human_bytes(c),
+    };
+    if fit.fits {
+        let half = match fit.fits_in_half {
+            Some(true) => ", within half of it",
+            Some(false) => ", but not within half of it",
+            None => "",
+        };
+        println!("  fits in        {} ({capacity}){half}", l.name);
+    } else {
+        println!("  fits in        nothing: more than the {capacity} of memory");
+    }
+    println!(
+        "  decode ceiling {:.1} tok/s = {:.1} GB/s ({}) / {} per token ({BYTES_PER_TOKEN_COUNTS})",
+        fit.ceiling_tok_s,
+        l.bandwidth.best_gbps,
+        l.name,
+        human_bytes(fit.bytes_per_token),
+    );
+    println!("  threads        {}: {}", threads.n, threads.reason);
+}

@@ -14,7 +14,7 @@
 use crate::isa::Isa;
 use crate::matvec::QMatrix;
 use crate::pool::ThreadPool;
-use crate::traits::{traits, VecDotFn};
+use crate::traits::VecDotFn;
 use bytemuck::{Pod, Zeroable};
 
 /// A cache line: keeps each quantized activation row aligned for the block
@@ -105,11 +105,10 @@ pub fn matmul_isa(
     }
     scratch.reserve(m, n);
     let stride = act_stride(m);
-    let act = traits(m.vec_dot_type()).expect("QMatrix::new checked the activation type");
     let qbytes = m.activation_bytes();
     let xq: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut scratch.xq)[..n * stride];
     for (x, q) in xs.chunks_exact(cols).zip(xq.chunks_exact_mut(stride)) {
-        (act.from_float)(x, &mut q[..qbytes]);
+        m.quantize_activation(x, &mut q[..qbytes]);
     }
     let xq: &[u8] = xq;
     let dot: VecDotFn = (m.traits().vec_dot_for)(isa);
@@ -152,7 +151,7 @@ mod tests {
     use super::*;
     use crate::matvec::{matvec_isa, MatvecScratch};
     use crate::quant::testing::{rng, weights};
-    use crate::traits::computable_types;
+    use crate::traits::{computable_types, traits};
     use gguf::GgmlType;
 
     /// A random `rows × cols` matrix of `ty`, in cache-line-aligned storage.

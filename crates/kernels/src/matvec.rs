@@ -10,7 +10,7 @@
 
 use crate::isa::Isa;
 use crate::pool::ThreadPool;
-use crate::traits::{traits, TypeTraits, VecDotFn};
+use crate::traits::{activation_quantizer, traits, FromFloatFn, TypeTraits, VecDotFn};
 use bytemuck::{Pod, Zeroable};
 use gguf::GgmlType;
 use std::fmt;
@@ -107,6 +107,8 @@ pub struct QMatrix<'a> {
     data: &'a [u8],
     traits: &'static TypeTraits,
     act: &'static TypeTraits,
+    /// How `x` is quantized to `act`'s type.
+    act_from_float: FromFloatFn,
 }
 
 impl<'a> QMatrix<'a> {
@@ -157,6 +159,8 @@ impl<'a> QMatrix<'a> {
             data,
             traits: tr,
             act,
+            act_from_float: activation_quantizer(vec_dot_type)
+                .expect("the activation type has traits, checked above"),
         })
     }
 
@@ -183,6 +187,11 @@ impl<'a> QMatrix<'a> {
     /// The type `x` is quantized to.
     pub fn vec_dot_type(&self) -> GgmlType {
         self.traits.vec_dot_type
+    }
+    /// Quantize an activation row `x` (`cols` elements) to
+    /// [`QMatrix::vec_dot_type`] into `dst` ([`QMatrix::activation_bytes`]).
+    pub fn quantize_activation(&self, x: &[f32], dst: &mut [u8]) {
+        (self.act_from_float)(x, dst)
     }
     /// Bytes of `x` quantized to [`QMatrix::vec_dot_type`].
     pub fn activation_bytes(&self) -> usize {
@@ -248,7 +257,7 @@ impl MatvecScratch {
             m.cols
         );
         let xq = self.bytes(m.activation_bytes());
-        (m.act.from_float)(x, xq);
+        (m.act_from_float)(x, xq);
         xq
     }
 }

@@ -53,6 +53,18 @@ impl TypeTraits {
     }
 }
 
+/// How activations are quantized to `ty` before a dot product: ggml-cpu's
+/// run-time quantizer where it differs from the reference one (Q8_0, see
+/// [`quant::q8_0::quantize_row_activation`]), else `from_float`.
+pub fn activation_quantizer(ty: GgmlType) -> Option<FromFloatFn> {
+    match ty {
+        GgmlType::Q8_0 => Some(|src, dst| {
+            quant::q8_0::quantize_row_activation(src, bytemuck::cast_slice_mut(dst))
+        }),
+        _ => traits(ty).map(|t| t.from_float),
+    }
+}
+
 /// The traits of `ty`, or `None` if we cannot compute with it.
 pub fn traits(ty: GgmlType) -> Option<&'static TypeTraits> {
     use GgmlType::*;

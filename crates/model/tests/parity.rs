@@ -10,8 +10,10 @@
 //! both sides round activations to Q8 before each matmul, and one rounding
 //! that flips early moves late logits by up to ~1 (llama.cpp's own one-batch
 //! and one-token logits differ that much), so the worst case and greedy
-//! agreement there are bounded by the reference's noise (measured on Q4_1:
-//! argmax 640/640, top-10 diff mean 0.45%, p99 1.7%, worst 3.1% of range).
+//! agreement there are bounded by the reference's noise (measured, f32
+//! cache: Q4_1 argmax 640/640, top-10 diff mean 0.47%, p99 2.0%, worst 3.2%
+//! of the range, greedy-32 identical 3/10; Q8_0 637/640, 0.39%, 1.5%, 2.2%,
+//! 4/10; every greedy parting at a llama.cpp top-2 gap below 0.3).
 
 use gguf::GgufFile;
 use kernels::pool::ThreadPool;
@@ -215,8 +217,8 @@ const QUANTIZED: Bounds = Bounds {
     p99: 0.02,
     worst: 0.05,
     greedy_tie: 0.5,
-    // Measured: 4/10 (Q4_1), 1/10 (Q8_0); every parting at a gap < 0.3.
-    greedy_identical: 0.1,
+    // Measured: 3/10 (Q4_1), 4/10 (Q8_0); every parting at a gap < 0.3.
+    greedy_identical: 0.2,
 };
 
 #[test]
@@ -260,7 +262,7 @@ fn smollm2_q4_1_q8_0_cache_close_to_llama_cpp() {
         Bounds {
             mean: 0.015,
             p99: 0.03,
-            worst: 0.06,
+            worst: 0.1,
             ..QUANTIZED
         },
     );

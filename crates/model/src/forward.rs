@@ -56,6 +56,9 @@ pub struct StateOptions {
     /// Keep logits for every token of a batch ([`Logits::All`]), not just
     /// the last (perplexity needs them; generation does not).
     pub all_logits: bool,
+    /// Sequences (server slots), each with its own KV cache of `n_ctx`
+    /// positions, that one [`forward_tokens`] call may mix.
+    pub n_seq: usize,
 }
 
 impl StateOptions {
@@ -65,8 +68,30 @@ impl StateOptions {
             n_batch: DEFAULT_BATCH,
             kv_type: KvType::F16,
             all_logits: false,
+            n_seq: 1,
         }
     }
+
+    /// Rows of logits a call can return.
+    fn logit_rows(&self) -> usize {
+        if self.all_logits {
+            self.n_batch.max(1)
+        } else {
+            self.n_seq.max(1).min(self.n_batch.max(1))
+        }
+    }
+}
+
+/// One token of a [`forward_tokens`] batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Token {
+    pub id: u32,
+    /// Which sequence's KV cache it belongs to.
+    pub seq: usize,
+    /// Its position in that sequence.
+    pub pos: usize,
+    /// Return the logits that follow it.
+    pub logits: bool,
 }
 
 /// Which logits a [`forward_batch`] call computes.
@@ -83,21 +108,22 @@ pub enum Logits {
 pub struct State {
     n_ctx: usize,
     n_batch: usize,
-    x: Vec<f32>,       // (n_batch, dim) residual stream
-    xb: Vec<f32>,      // (n_batch, dim) normed input of a block
-    q: Vec<f32>,       // (n_batch, q_dim)
-    k: Vec<f32>,       // (n_batch, kv_dim)
-    v: Vec<f32>,       // (n_batch, kv_dim)
-    att_out: Vec<f32>, // (n_batch, q_dim) heads' weighted values
-    proj: Vec<f32>,    // (n_batch, dim) output of Wo / Wdown
-    heads: Vec<f32>,   // (n_batch · n_heads, n_ctx + 2·head_dim) scores, output, a widened K/V row
-    hb: Vec<f32>,      // (n_batch, ffn_dim) gate, then silu(gate)·up
-    hb2: Vec<f32>,     // (n_batch, ffn_dim) up
-    cos: Vec<f32>,     // (n_batch, n_rot/2)
-    sin: Vec<f32>,     // (n_batch, n_rot/2)
-    logits: Vec<f32>,  // (vocab,) or (n_batch, vocab) with all_logits
-    n_logits: usize,   // rows of `logits` the last call filled
-    cache: KvCache,
+    x: Vec<f32>,          // (n_batch, dim) residual stream
+    xb: Vec<f32>,         // (n_batch, dim) normed input of a block
+    q: Vec<f32>,          // (n_batch, q_dim)
+    k: Vec<f32>,          // (n_batch, kv_dim)
+    v: Vec<f32>,          // (n_batch, kv_dim)
+    att_out: Vec<f32>,    // (n_batch, q_dim) heads' weighted values
+    proj: Vec<f32>,       // (n_batch, dim) output of Wo / Wdown
+    heads: Vec<f32>, // (n_batch · n_heads, n_ctx + 2·head_dim) scores, output, a widened K/V row
+    hb: Vec<f32>,    // (n_batch, ffn_dim) gate, then silu(gate)·up
+    hb2: Vec<f32>,   // (n_batch, ffn_dim) up
+    cos: Vec<f32>,   // (n_batch, n_rot/2)
+    sin: Vec<f32>,   // (n_batch, n_rot/2)
+    logits: Vec<f32>, // (logit rows, vocab)
+    n_logits: usize, // floats of `logits` the last call filled
+    caches: Vec<KvCache>, // one per sequence
+    rows: Vec<usize>, // tokens of the last call whose logits were asked for
     scratch: MatmulScratch,
 }
 
@@ -119,8 +145,10 @@ impl State {
         o: &StateOptions,
     ) -> Result<State, Error> {
         let (n_ctx, nb) = (o.n_ctx, o.n_batch.max(1));
-        let cache = KvCache::new(o.kv_type, cfg.n_layers, n_ctx, cfg.n_kv_heads, cfg.head_dim)?;
-        let logit_rows = if o.all_logits { nb } else { 1 };
+        let caches = (0..o.n_seq.max(1))
+            .map(|_| KvCache::new(o.kv_type, cfg.n_layers, n_ctx, cfg.n_kv_heads, cfg.head_dim))
+            .collect::<Result<Vec<_>, _>>()?;
+        let logit_rows = o.logit_rows();
         let mut s = State {
             n_ctx,
             n_batch: nb,
@@ -138,7 +166,8 @@ impl State {
             sin: vec![0.0; nb * cfg.rope.n_rot / 2],
             logits: vec![0.0; logit_rows * cfg.vocab_size],
             n_logits: 0,
-            cache,
+            caches,
+            rows: Vec::with_capacity(nb),
             scratch: MatmulScratch::new(),
         };
         let mut ms: Vec<&QMatrix<'_>> = vec![&weights.output];
@@ -164,17 +193,22 @@ impl State {
         self.n_batch
     }
 
-    pub fn kv_type(&self) -> KvType {
-        self.cache.ty()
+    pub fn n_seq(&self) -> usize {
+        self.caches.len()
     }
 
-    /// Bytes of the KV cache.
+    pub fn kv_type(&self) -> KvType {
+        self.caches[0].ty()
+    }
+
+    /// Bytes of the KV caches.
     pub fn kv_bytes(&self) -> usize {
-        self.cache.bytes()
+        self.caches.iter().map(KvCache::bytes).sum()
     }
 
     /// The logits of the last call: `(vocab,)` after [`Logits::Last`],
-    /// `(n, vocab)` after [`Logits::All`].
+    /// `(n, vocab)` after [`Logits::All`], one row per token that asked
+    /// after [`forward_tokens`].
     pub fn logits(&self) -> &[f32] {
         &self.logits[..self.n_logits]
     }
@@ -206,8 +240,9 @@ pub fn forward<'s>(
     forward_batch(cfg, w, s, pool, &[token], pos, Logits::Last)
 }
 
-/// Run `tokens` at positions `pos0..pos0 + n` (positions before `pos0` must
-/// already be in the cache) and return the logits `which` asks for.
+/// Run `tokens` at positions `pos0..pos0 + n` of sequence 0 (positions
+/// before `pos0` must already be in the cache) and return the logits
+/// `which` asks for.
 ///
 /// Panics if the batch is empty or larger than `n_batch`, runs past
 /// `n_ctx`, holds a token outside the vocabulary, or asks for all logits of
@@ -222,6 +257,45 @@ pub fn forward_batch<'s>(
     which: Logits,
 ) -> &'s [f32] {
     let n = tokens.len();
+    let token = |i: usize| Token {
+        id: tokens[i],
+        seq: 0,
+        pos: pos0 + i,
+        logits: which == Logits::All || i + 1 == n,
+    };
+    forward_with(cfg, w, s, pool, n, &token)
+}
+
+/// Run a batch of tokens from any of the state's sequences and return one
+/// row of logits `(vocab,)` per token whose `logits` is set, in order. A
+/// token at `(seq, pos)` attends to positions `0..=pos` of its sequence;
+/// earlier positions must already be in that sequence's cache, and tokens
+/// of one sequence in a batch must have distinct positions. This is how a
+/// server decodes its slots in one pass: every matrix row is loaded once
+/// for all of them.
+///
+/// Panics on an empty batch, more than `n_batch` tokens, more logit rows
+/// than the state keeps, or a token, sequence or position out of range
+/// (callers check).
+pub fn forward_tokens<'s>(
+    cfg: &ModelConfig,
+    w: &Weights<'_>,
+    s: &'s mut State,
+    pool: &ThreadPool,
+    tokens: &[Token],
+) -> &'s [f32] {
+    forward_with(cfg, w, s, pool, tokens.len(), &|i| tokens[i])
+}
+
+/// The forward pass over `n` tokens described by `token(i)`.
+fn forward_with<'s>(
+    cfg: &ModelConfig,
+    w: &Weights<'_>,
+    s: &'s mut State,
+    pool: &ThreadPool,
+    n: usize,
+    token: &(dyn Fn(usize) -> Token + Sync),
+) -> &'s [f32] {
     let (dim, hd, q_dim, kv_dim, ffn) = (
         cfg.dim,
         cfg.head_dim,
@@ -236,22 +310,38 @@ pub fn forward_batch<'s>(
         "batch of {n} tokens, the state takes 1..={}",
         s.n_batch
     );
-    assert!(
-        pos0 + n <= s.n_ctx,
-        "positions {pos0}..{} outside the context of {}",
-        pos0 + n,
-        s.n_ctx
-    );
-    if let Some(&t) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-        panic!("token {t} outside the vocabulary of {}", cfg.vocab_size);
+    s.rows.clear();
+    let mut max_pos = 0;
+    for i in 0..n {
+        let t = token(i);
+        assert!(
+            (t.id as usize) < cfg.vocab_size,
+            "token {} outside the vocabulary of {}",
+            t.id,
+            cfg.vocab_size
+        );
+        assert!(
+            t.seq < s.caches.len(),
+            "sequence {} of {}",
+            t.seq,
+            s.caches.len()
+        );
+        assert!(
+            t.pos < s.n_ctx,
+            "position {} outside the context of {}",
+            t.pos,
+            s.n_ctx
+        );
+        max_pos = max_pos.max(t.pos);
+        if t.logits {
+            s.rows.push(i);
+        }
     }
-    let n_out = match which {
-        Logits::Last => 1,
-        Logits::All => n,
-    };
+    let n_out = s.rows.len();
     assert!(
         n_out * cfg.vocab_size <= s.logits.len(),
-        "all logits asked of a state made without all_logits"
+        "{n_out} rows of logits asked of a state that keeps {} (all_logits / n_seq)",
+        s.logits.len() / cfg.vocab_size.max(1)
     );
 
     let x = &mut s.x[..n * dim];
@@ -267,8 +357,8 @@ pub fn forward_batch<'s>(
 
     // x = embedding rows of the tokens, (n, dim)
     let emb = &w.token_embd;
-    for (xt, &tok) in x.chunks_exact_mut(dim).zip(tokens) {
-        (emb.traits().to_float)(emb.row(tok as usize), xt);
+    for (i, xt) in x.chunks_exact_mut(dim).enumerate() {
+        (emb.traits().to_float)(emb.row(token(i).id as usize), xt);
     }
 
     // cos/sin per position, (n, n_rot/2), shared by every layer and head.
@@ -280,7 +370,7 @@ pub fn forward_batch<'s>(
         .enumerate()
     {
         if half > 0 {
-            ops::rope_freqs(&cfg.rope, pos0 + t, w.rope_freqs.as_deref(), c, sn);
+            ops::rope_freqs(&cfg.rope, token(t).pos, w.rope_freqs.as_deref(), c, sn);
         }
     }
     let (cos, sin) = (&s.cos[..n * half], &s.sin[..n * half]);
@@ -326,22 +416,25 @@ pub fn forward_batch<'s>(
                 ops::rope(h, c, sn, cfg.rope.layout);
             }
             // cache[li][pos] = k, v
-            s.cache.store(li, pos0 + t, kt, vt);
+            let tok = token(t);
+            s.caches[tok.seq].store(li, tok.pos, kt, vt);
         }
 
-        // Per (token t, query head h): scores over positions 0..=pos0+t,
+        // Per (token t, query head h): scores over positions 0..=pos_t of
+        // its sequence,
         // softmax, weighted sum of values. Query head h reads kv head
         // h / group (GQA). Cached heads are widened to f32 and dotted with
         // the f32 query (rounding the query to f16 too, as ggml's f16 path
         // does, doubled the logit difference to llama.cpp's f32 reference).
-        let kv = s.cache.layer(li);
+        let caches = &s.caches;
         let q = &*q;
         let n_ctx = s.n_ctx;
         let head = |start: usize, buf: &mut [f32], _thread: usize| {
             let th = start / stride; // token · n_heads + head
             let (t, h) = (th / cfg.n_heads, th % cfg.n_heads);
             let kvh = h / group;
-            let pos = pos0 + t;
+            let tok = token(t);
+            let (pos, kv) = (tok.pos, caches[tok.seq].layer(li));
             let q_h = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd]; // (head_dim,)
             let (scores, rest) = buf.split_at_mut(n_ctx);
             let (out, row) = rest.split_at_mut(hd); // (head_dim,) each
@@ -359,7 +452,7 @@ pub fn forward_batch<'s>(
         };
         // Spread (token, head) pairs over the pool once there is enough
         // work; each is computed the same way either way.
-        let work = n * cfg.n_heads * (pos0 + n);
+        let work = n * cfg.n_heads * (max_pos + 1);
         if pool.n_threads() > 1 && work >= PARALLEL_ATTENTION_FROM {
             pool.for_each_chunk_mut(heads, stride, head);
         } else {
@@ -385,12 +478,9 @@ pub fn forward_batch<'s>(
     }
 
     // logits = rmsnorm(x) · Woutᵀ, for the rows asked for, (n_out, vocab)
-    let first = n - n_out;
     let xb = &mut xb[..n_out * dim];
-    for (o, xt) in xb
-        .chunks_exact_mut(dim)
-        .zip(x[first * dim..].chunks_exact(dim))
-    {
+    for (o, &r) in xb.chunks_exact_mut(dim).zip(&s.rows) {
+        let xt = &x[r * dim..(r + 1) * dim];
         ops::rmsnorm(o, xt, &w.output_norm, cfg.norm_eps);
     }
     s.n_logits = n_out * cfg.vocab_size;

@@ -18,7 +18,9 @@ mod weights;
 
 pub use config::{Arch, ModelConfig, SUPPORTED_ARCHS};
 pub use error::Error;
-pub use forward::{forward, forward_batch, Logits, State, StateOptions, DEFAULT_BATCH};
+pub use forward::{
+    forward, forward_batch, forward_tokens, Logits, State, StateOptions, Token, DEFAULT_BATCH,
+};
 pub use kv_cache::{KvCache, KvType};
 pub use memory::{mem_available, MemoryEstimate};
 pub use weights::{LayerWeights, Weights};

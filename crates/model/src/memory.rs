@@ -29,14 +29,19 @@ impl MemoryEstimate {
         let kv = |ty| KvCache::bytes_for(ty, cfg.n_layers, n_ctx, cfg.n_kv_heads, cfg.head_dim);
         let kv_cache = kv(o.kv_type)
             .or_else(|| kv(crate::KvType::F16))
-            .unwrap_or(0);
+            .unwrap_or(0)
+            * o.n_seq.max(1) as u64;
         let per_token = 4 * cfg.dim
             + 2 * cfg.q_dim()
             + 2 * cfg.kv_dim()
             + 2 * cfg.ffn_dim
             + cfg.n_heads * (n_ctx + 2 * cfg.head_dim)
             + cfg.rope.n_rot;
-        let logit_rows = if o.all_logits { nb } else { 1 };
+        let logit_rows = if o.all_logits {
+            nb
+        } else {
+            o.n_seq.clamp(1, nb)
+        };
         let floats = nb * per_token + logit_rows * cfg.vocab_size;
         // Plus the quantized activations (at most ~1.1 bytes per input
         // float, rows rounded up to cache lines) and the transposed output.

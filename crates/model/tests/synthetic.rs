@@ -5,7 +5,10 @@
 
 use gguf::{Builder, GgmlType, GgufFile, Metadata, TensorSpec, Value};
 use kernels::pool::ThreadPool;
-use model::{forward, forward_batch, KvType, Logits, ModelConfig, State, StateOptions, Weights};
+use model::{
+    forward, forward_batch, forward_tokens, KvType, Logits, ModelConfig, State, StateOptions,
+    Token, Weights,
+};
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 
@@ -351,6 +354,127 @@ fn batches_equal_token_at_a_time() {
             }
         }
     }
+}
+
+/// Several sequences in one batch (a server's slots, decoding together or
+/// one joining with its prompt) give each the logits it gets alone.
+#[test]
+fn sequences_in_one_batch_equal_each_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = Tiny::new("qwen2", 32, 5);
+    let path = dir.path().join("t.gguf");
+    tiny.write(&path, None);
+    let file = GgufFile::open(&path).unwrap();
+    let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
+    let w = Weights::from_gguf(&file, &cfg).unwrap();
+    let prompts: [&[u32]; 3] = [&[3, 17, 42, 9], &[5, 5, 1], &[49, 8, 21, 30, 2, 7]];
+    let pool = ThreadPool::new(2);
+    let alone: Vec<Vec<Vec<f32>>> = prompts
+        .iter()
+        .map(|p| {
+            let mut st = State::new(&cfg, &w, 16);
+            p.iter()
+                .enumerate()
+                .map(|(pos, &t)| forward(&cfg, &w, &mut st, &pool, t, pos).to_vec())
+                .collect()
+        })
+        .collect();
+    let opts = StateOptions {
+        n_seq: 3,
+        n_batch: 8,
+        ..StateOptions::new(16)
+    };
+    let mut st = State::with_options(&cfg, &w, &opts).unwrap();
+    // Step 1: sequence 0's first 3 tokens and sequence 1's first 2, logits
+    // for the last of each.
+    let step1 = [
+        Token {
+            id: 3,
+            seq: 0,
+            pos: 0,
+            logits: false,
+        },
+        Token {
+            id: 5,
+            seq: 1,
+            pos: 0,
+            logits: false,
+        },
+        Token {
+            id: 17,
+            seq: 0,
+            pos: 1,
+            logits: false,
+        },
+        Token {
+            id: 5,
+            seq: 1,
+            pos: 1,
+            logits: true,
+        },
+        Token {
+            id: 42,
+            seq: 0,
+            pos: 2,
+            logits: true,
+        },
+    ];
+    let out = forward_tokens(&cfg, &w, &mut st, &pool, &step1).to_vec();
+    let v = cfg.vocab_size;
+    assert_eq!(out.len(), 2 * v);
+    assert_eq!(&out[..v], &alone[1][1][..]);
+    assert_eq!(&out[v..], &alone[0][2][..]);
+    // Step 2: one token each for 0 and 1 while sequence 2 joins with 3.
+    let step2 = [
+        Token {
+            id: 9,
+            seq: 0,
+            pos: 3,
+            logits: true,
+        },
+        Token {
+            id: 49,
+            seq: 2,
+            pos: 0,
+            logits: false,
+        },
+        Token {
+            id: 8,
+            seq: 2,
+            pos: 1,
+            logits: false,
+        },
+        Token {
+            id: 1,
+            seq: 1,
+            pos: 2,
+            logits: true,
+        },
+        Token {
+            id: 21,
+            seq: 2,
+            pos: 2,
+            logits: true,
+        },
+    ];
+    let out = forward_tokens(&cfg, &w, &mut st, &pool, &step2).to_vec();
+    assert_eq!(&out[..v], &alone[0][3][..]);
+    assert_eq!(&out[v..2 * v], &alone[1][2][..]);
+    assert_eq!(&out[2 * v..], &alone[2][2][..]);
+    // A slot reused from a common prefix: sequence 1 rewinds to position 1.
+    let out = forward_tokens(
+        &cfg,
+        &w,
+        &mut st,
+        &pool,
+        &[Token {
+            id: 5,
+            seq: 1,
+            pos: 1,
+            logits: true,
+        }],
+    );
+    assert_eq!(out, &alone[1][1][..]);
 }
 
 #[test]

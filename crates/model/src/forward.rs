@@ -40,6 +40,9 @@ use kernels::pool::ThreadPool;
 /// pool's threads; below it, a pool run per layer costs more than the work.
 const PARALLEL_ATTENTION_FROM: usize = 128 * 9;
 
+/// Cached positions from which widening K and V is split over the pool.
+const PARALLEL_WIDEN_FROM: usize = 512;
+
 /// Tokens per forward call when not set: enough that a weight row loaded
 /// from memory serves many tokens, few enough that the activations stay in
 /// L2.
@@ -124,6 +127,8 @@ pub struct State {
     n_logits: usize, // floats of `logits` the last call filled
     caches: Vec<KvCache>, // one per sequence
     rows: Vec<usize>, // tokens of the last call whose logits were asked for
+    kf: Vec<f32>,    // (n_ctx, kv_dim) one layer\'s cached keys, widened
+    vf: Vec<f32>,    // (n_ctx, kv_dim) ... and values
     scratch: MatmulScratch,
 }
 
@@ -168,6 +173,8 @@ impl State {
             n_logits: 0,
             caches,
             rows: Vec::with_capacity(nb),
+            kf: vec![0.0; n_ctx * cfg.kv_dim()],
+            vf: vec![0.0; n_ctx * cfg.kv_dim()],
             scratch: MatmulScratch::new(),
         };
         let mut ms: Vec<&QMatrix<'_>> = vec![&weights.output];
@@ -420,44 +427,78 @@ fn forward_with<'s>(
             s.caches[tok.seq].store(li, tok.pos, kt, vt);
         }
 
-        // Per (token t, query head h): scores over positions 0..=pos_t of
-        // its sequence,
-        // softmax, weighted sum of values. Query head h reads kv head
-        // h / group (GQA). Cached heads are widened to f32 and dotted with
-        // the f32 query (rounding the query to f16 too, as ggml's f16 path
-        // does, doubled the logit difference to llama.cpp's f32 reference).
-        let caches = &s.caches;
+        // Per sequence in the batch: widen its cached K and V of this layer
+        // to f32 once (one block conversion, split over the pool when long),
+        // then per (token t, query head h) of that sequence: scores over
+        // positions 0..=pos_t, softmax, weighted sum of values. Query head h
+        // reads kv head h / group (GQA). Queries stay f32 (rounding them to
+        // f16 too, as ggml's f16 path does, doubled the logit difference to
+        // llama.cpp's f32-cache reference).
         let q = &*q;
         let n_ctx = s.n_ctx;
-        let head = |start: usize, buf: &mut [f32], _thread: usize| {
-            let th = start / stride; // token · n_heads + head
-            let (t, h) = (th / cfg.n_heads, th % cfg.n_heads);
-            let kvh = h / group;
-            let tok = token(t);
-            let (pos, kv) = (tok.pos, caches[tok.seq].layer(li));
-            let q_h = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd]; // (head_dim,)
-            let (scores, rest) = buf.split_at_mut(n_ctx);
-            let (out, row) = rest.split_at_mut(hd); // (head_dim,) each
-            let att = &mut scores[..=pos]; // (pos + 1,)
-            for (p, a) in att.iter_mut().enumerate() {
-                kv.key(p, kvh, row);
-                *a = ops::dot(q_h, row) * scale;
+        for seq in 0..s.caches.len() {
+            let Some(last) = (0..n)
+                .map(token)
+                .filter(|t| t.seq == seq)
+                .map(|t| t.pos)
+                .max()
+            else {
+                continue;
+            };
+            let n_pos = last + 1;
+            let kv = s.caches[seq].layer(li);
+            let (kf, vf) = (&mut s.kf[..n_pos * kv_dim], &mut s.vf[..n_pos * kv_dim]);
+            if pool.n_threads() > 1 && n_pos >= PARALLEL_WIDEN_FROM {
+                let rows = (n_pos / (4 * pool.n_threads())).max(64) * kv_dim;
+                pool.for_each_chunk_mut(kf, rows, |start, out, _| {
+                    let p = start / kv_dim;
+                    kv.widen_keys(p..p + out.len() / kv_dim, out);
+                });
+                pool.for_each_chunk_mut(vf, rows, |start, out, _| {
+                    let p = start / kv_dim;
+                    kv.widen_values(p..p + out.len() / kv_dim, out);
+                });
+            } else {
+                kv.widen_keys(0..n_pos, kf);
+                kv.widen_values(0..n_pos, vf);
             }
-            ops::softmax(att);
-            out.fill(0.0);
-            for (p, &a) in att.iter().enumerate() {
-                kv.value(p, kvh, row);
-                ops::axpy(out, a, row);
-            }
-        };
-        // Spread (token, head) pairs over the pool once there is enough
-        // work; each is computed the same way either way.
-        let work = n * cfg.n_heads * (max_pos + 1);
-        if pool.n_threads() > 1 && work >= PARALLEL_ATTENTION_FROM {
-            pool.for_each_chunk_mut(heads, stride, head);
-        } else {
-            for (i, buf) in heads.chunks_exact_mut(stride).enumerate() {
-                head(i * stride, buf, 0);
+            let (kf, vf) = (&*kf, &*vf); // (n_pos, kv_dim) each
+                                         // One (token, head) per chunk of `heads`: scores, then output.
+            let head = |start: usize, buf: &mut [f32], _thread: usize| {
+                let th = start / stride; // token · n_heads + head
+                let (t, h) = (th / cfg.n_heads, th % cfg.n_heads);
+                let tok = token(t);
+                if tok.seq != seq {
+                    return;
+                }
+                let kvh = h / group;
+                let q_h = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd]; // (head_dim,)
+                let (scores, rest) = buf.split_at_mut(n_ctx);
+                let out = &mut rest[..hd]; // (head_dim,)
+                let att = &mut scores[..=tok.pos]; // (pos + 1,)
+                for (p, a) in att.iter_mut().enumerate() {
+                    let k = &kf[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd];
+                    *a = ops::dot(q_h, k) * scale;
+                }
+                ops::softmax(att);
+                out.fill(0.0);
+                for (p, &a) in att.iter().enumerate() {
+                    ops::axpy(
+                        out,
+                        a,
+                        &vf[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd],
+                    );
+                }
+            };
+            // Spread (token, head) pairs over the pool once there is enough
+            // work; each is computed the same way either way.
+            let work = n * cfg.n_heads * n_pos;
+            if pool.n_threads() > 1 && work >= PARALLEL_ATTENTION_FROM {
+                pool.for_each_chunk_mut(heads, stride, head);
+            } else {
+                for (i, buf) in heads.chunks_exact_mut(stride).enumerate() {
+                    head(i * stride, buf, 0);
+                }
             }
         }
         for (i, buf) in heads.chunks_exact(stride).enumerate() {

@@ -237,6 +237,20 @@ impl LayerKv<'_> {
         &buf[start..start + self.head_bytes]
     }
 
+    /// Keys of every kv head at `positions`, widened into `out`
+    /// `(positions.len(), n_kv_heads · head_dim)`: one conversion call for
+    /// the whole block, since a layer's positions are contiguous.
+    pub fn widen_keys(&self, positions: std::ops::Range<usize>, out: &mut [f32]) {
+        let r = positions.start * self.row_bytes..positions.end * self.row_bytes;
+        (self.to_f32)(&self.keys[r], out);
+    }
+
+    /// Values, as [`LayerKv::widen_keys`].
+    pub fn widen_values(&self, positions: std::ops::Range<usize>, out: &mut [f32]) {
+        let r = positions.start * self.row_bytes..positions.end * self.row_bytes;
+        (self.to_f32)(&self.values[r], out);
+    }
+
     /// Key of `kv_head` at `pos`, widened into `out` `(head_dim,)`.
     pub fn key(&self, pos: usize, kv_head: usize, out: &mut [f32]) {
         (self.to_f32)(self.head(self.keys, pos, kv_head), out);
@@ -304,6 +318,19 @@ mod tests {
                                 "{ty} value"
                             );
                         }
+                    }
+                }
+                // Widening a block of positions gives the same rows.
+                let (mut wk, mut wv) = (vec![0.0; 3 * heads * hd], vec![0.0; 3 * heads * hd]);
+                kv.widen_keys(1..4, &mut wk);
+                kv.widen_values(1..4, &mut wv);
+                for p in 1..4 {
+                    for h in 0..heads {
+                        let at = (p - 1) * heads * hd + h * hd;
+                        kv.key(p, h, &mut out);
+                        assert_eq!(&wk[at..at + hd], &out[..], "{ty}");
+                        kv.value(p, h, &mut out);
+                        assert_eq!(&wv[at..at + hd], &out[..], "{ty}");
                     }
                 }
             }

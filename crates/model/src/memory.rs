@@ -42,7 +42,8 @@ impl MemoryEstimate {
         } else {
             o.n_seq.clamp(1, nb)
         };
-        let floats = nb * per_token + logit_rows * cfg.vocab_size;
+        // Plus one layer's K and V widened to f32 for attention.
+        let floats = nb * per_token + logit_rows * cfg.vocab_size + 2 * n_ctx * cfg.kv_dim();
         // Plus the quantized activations (at most ~1.1 bytes per input
         // float, rows rounded up to cache lines) and the transposed output.
         let widest = cfg.dim.max(cfg.ffn_dim).max(cfg.q_dim());

@@ -41,6 +41,10 @@ for k in scalar avx2 avx512 bogus; do
     test "${PIPESTATUS[0]}" -eq 0
 done
 
+step "perplexity against llama-perplexity (release build, both SmolLM2 files)"
+cargo test --release --quiet -p cachefit --test perplexity -- --ignored --nocapture 2>&1 | grep -E "^test result|PPL|SKIPPING|panicked"
+test "${PIPESTATUS[0]}" -eq 0
+
 step "cross-check against the gguf Python package"
 python3 scripts/check_gguf_py.py --bin target/release/cachefit --model "$models/SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -19,6 +19,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Benchmark prompt processing and generation speed, llama-bench style.
+    Bench(commands::bench::Args),
     /// Show the CPU, caches, cores and memory bandwidth, and how a model
     /// fits them.
     Info(commands::info::Args),
@@ -37,8 +39,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(commands::bench::rewrite_args(std::env::args_os()));
     let result = match cli.command {
+        Command::Bench(a) => commands::bench::run(a),
         Command::Info(a) => commands::info::run(a),
         Command::Inspect(a) => commands::inspect::run(a),
         Command::Perplexity(a) => commands::perplexity::run(a),

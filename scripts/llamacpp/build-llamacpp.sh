@@ -7,7 +7,8 @@
 #
 # Flags: Release, GGML_NATIVE=ON, but AMX disabled (-mno-amx-*): with GCC 12
 # ggml's AMX path crashes on this CPU. No curl, no server, no tests.
-# Targets: llama (shared), llama-perplexity, llama-quantize, then dump_logits by hand.
+# Targets: llama (shared), llama-perplexity, llama-quantize, llama-bench, then
+# dump_logits by hand.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 src="$("$here/fetch-source.sh")"
@@ -19,7 +20,7 @@ cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
     -DGGML_NATIVE=ON -DCMAKE_C_FLAGS="$noamx" -DCMAKE_CXX_FLAGS="$noamx" \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF >&2
-cmake --build "$build" --target llama llama-perplexity llama-quantize -j"$jobs" >&2
+cmake --build "$build" --target llama llama-perplexity llama-quantize llama-bench -j"$jobs" >&2
 c++ -O2 -std=c++17 $noamx -o "$build/bin/dump_logits" "$here/dump_logits.cpp" \
     -I"$src/include" -I"$src/ggml/include" -L"$build/bin" \
     -lllama -lggml -lggml-base -Wl,-rpath,"$build/bin" >&2

@@ -21,10 +21,10 @@
 //! what cache residency is worth on this machine.
 
 mod evict;
-mod level;
 mod report;
 mod timing;
 
+use super::levels;
 use anyhow::{bail, Context, Result};
 use evict::{EvictMode, Evictor};
 use gguf::{GgmlType, GgufFile, OpenOptions};
@@ -235,7 +235,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let evict = args.evict.map(|mode| evict::Plan::new(mode, &machine));
     let mut printer = Printer::new(args.output, evict.is_some());
-    let mut levels = level::Probes::new(&machine);
+    let mut levels = levels::Probes::new(&machine);
     for path in &models {
         bench_model(
             path,
@@ -257,7 +257,7 @@ fn bench_model(
     plan: &Plan,
     machine: &Machine,
     evict: Option<&evict::Plan>,
-    levels: &mut level::Probes,
+    levels: &mut levels::Probes,
     printer: &mut Printer,
 ) -> Result<()> {
     let opts = OpenOptions {

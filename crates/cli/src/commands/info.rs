@@ -12,6 +12,7 @@
 //! in both directions.
 
 use super::inspect::human_bytes;
+use super::levels;
 use super::stream::PROBE_TIME;
 use anyhow::{Context, Result};
 use gguf::GgufFile;
@@ -24,9 +25,6 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The DRAM probe reads at least this much, so that a large L3 (or the
-/// host's caches behind a VM) does not make it look fast.
-const MIN_DRAM_PROBE: u64 = 256 << 20;
 /// Time per probe with `--quick`.
 const QUICK_PROBE_TIME: Duration = Duration::from_millis(20);
 /// What the decode ceiling counts as read per token.
@@ -145,33 +143,12 @@ fn model_needs(path: &Path, ctx_size: Option<usize>) -> Result<ModelNeeds> {
 }
 
 /// Read bandwidth of a buffer half the size of each known cache level, and
-/// of a DRAM-sized one.
+/// of a DRAM-sized one ([`levels::specs`]).
 fn probe_levels(machine: &Machine, pool: &ThreadPool, probe_time: Duration) -> Vec<Level> {
-    let caches = &machine.caches;
-    let mut levels = Vec::new();
-    for (name, cache) in [("L1", &caches.l1d), ("L2", &caches.l2), ("L3", &caches.l3)] {
-        if let Some(c) = cache {
-            levels.push(probe(
-                pool,
-                name,
-                Some(c.size_bytes),
-                c.size_bytes / 2,
-                probe_time,
-            ));
-        }
-    }
-    let available = model::mem_available();
-    let mut dram = caches
-        .l3
-        .as_ref()
-        .map_or(0, |c| c.size_bytes.saturating_mul(4))
-        .max(MIN_DRAM_PROBE);
-    if let Some(avail) = available {
-        // Never the probe that pushes a small machine into swap.
-        dram = dram.min(avail / 2);
-    }
-    levels.push(probe(pool, "DRAM", available, dram, probe_time));
-    levels
+    levels::specs(machine, model::mem_available())
+        .into_iter()
+        .map(|s| probe(pool, s.name, s.capacity, s.probe_bytes, probe_time))
+        .collect()
 }
 
 fn probe(

@@ -2,6 +2,7 @@ pub mod bench;
 pub mod common;
 pub mod info;
 pub mod inspect;
+pub mod levels;
 pub mod perplexity;
 pub mod quantize;
 pub mod run;

@@ -5,8 +5,8 @@
 //! llama-bench's, quotes every value, writes booleans as 0/1 and leaves the
 //! per-repetition arrays out.
 
+use super::super::levels::{Level, Probes};
 use super::evict;
-use super::level::{Level, Probes};
 use super::timing::{mean, percentile, stddev, Runs, Test};
 use anyhow::Result;
 use machine::Machine;

@@ -2,22 +2,21 @@
 //! bandwidth with the test's thread count: the yardstick for the weight
 //! bandwidth a test achieves.
 //!
-//! The levels, their capacities and probe sizes are `cachefit info`'s
-//! (half of each cache; DRAM at least 4× L3 and 256 MiB, at most half the
-//! available memory), and so is the rule: the smallest level that holds
-//! weights + KV cache + scratch. `info` keeps that logic private today, so
-//! it is restated here in [`specs`] and [`level_for`] until `info` exposes
-//! it; then these two functions become calls into it. Each level is probed
-//! once per thread count, for `stream`'s probe time, only when a test needs
-//! it.
+//! Shared by `info` and `bench`: the levels, their capacities and probe
+//! sizes (half of each cache; DRAM at least 4× L3 and 256 MiB, at most half
+//! the available memory), and the rule: a working set (weights + KV cache +
+//! scratch) lives in the smallest level that holds it. `bench` probes each
+//! level once per thread count, for `stream`'s probe time, only when a test
+//! needs it.
 
-use super::super::stream::PROBE_TIME;
+use super::stream::PROBE_TIME;
 use kernels::bandwidth::measure_read;
 use kernels::pool::ThreadPool;
 use machine::Machine;
 use std::collections::HashMap;
 
-/// As `info`'s DRAM probe.
+/// The DRAM probe reads at least this much, so that a large L3 (or the
+/// host's caches behind a VM) does not make it look fast.
 const MIN_DRAM_PROBE: u64 = 256 << 20;
 
 /// A level before probing.
@@ -104,7 +103,7 @@ impl Probes {
         eprintln!(
             "cachefit bench: measuring {} read bandwidth ({} buffer, {n_threads} thread{})",
             spec.name,
-            super::super::inspect::human_bytes(spec.probe_bytes),
+            super::inspect::human_bytes(spec.probe_bytes),
             if n_threads == 1 { "" } else { "s" }
         );
         let pool = ThreadPool::new(n_threads);

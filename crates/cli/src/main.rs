@@ -21,6 +21,9 @@ struct Cli {
 enum Command {
     /// Benchmark prompt processing and generation speed, llama-bench style.
     Bench(commands::bench::Args),
+    /// Talk with a model through its chat template: streaming replies,
+    /// history, /clear, Ctrl-C to stop a reply.
+    Chat(commands::chat::Args),
     /// Show the CPU, caches, cores and memory bandwidth, and how a model
     /// fits them.
     Info(commands::info::Args),
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse_from(commands::bench::rewrite_args(std::env::args_os()));
     let result = match cli.command {
         Command::Bench(a) => commands::bench::run(a),
+        Command::Chat(a) => commands::chat::run(a),
         Command::Info(a) => commands::info::run(a),
         Command::Inspect(a) => commands::inspect::run(a),
         Command::Perplexity(a) => commands::perplexity::run(a),

@@ -92,6 +92,10 @@ else
     echo "*** NOTE: no nightly toolchain; AddressSanitizer run skipped ***"
 fi
 
+step "OpenAI client against cachefit serve (tests/openai)"
+python3 -m pip install --quiet --disable-pip-version-check -r tests/openai/requirements.txt 2>&1 | grep -v "Running pip as the 'root'" || true
+CACHEFIT_BIN="$PWD/target/release/cachefit" timeout 300 python3 -m pytest -q -p no:cacheprovider tests/openai
+
 step "done"
 # One closing line for CI's reader, summed over every cargo test binary.
 awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "cargo test: %d passed, %d failed, %d skipped\n", p, f, i }' target/test.log

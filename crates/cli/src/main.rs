@@ -35,6 +35,8 @@ enum Command {
     Quantize(commands::quantize::Args),
     /// Generate text from a prompt, streaming it to stdout.
     Run(commands::run::Args),
+    /// Serve the model over an OpenAI-compatible HTTP API.
+    Serve(commands::serve::Args),
     /// Measure read and copy bandwidth of a buffer (STREAM-style).
     Stream(commands::stream::Args),
     /// Show how the model's tokenizer splits a text.
@@ -51,6 +53,7 @@ fn main() -> ExitCode {
         Command::Perplexity(a) => commands::perplexity::run(a),
         Command::Quantize(a) => commands::quantize::run(a),
         Command::Run(a) => commands::run::run(a),
+        Command::Serve(a) => commands::serve::run(a),
         Command::Stream(a) => commands::stream::run(a),
         Command::Tokenize(a) => commands::tokenize::run(a),
     };

@@ -7,5 +7,6 @@ pub mod levels;
 pub mod perplexity;
 pub mod quantize;
 pub mod run;
+pub mod serve;
 pub mod stream;
 pub mod tokenize;

@@ -1,0 +1,57 @@
+//! Time of one decode pass over `n` slots, each at position `pos`: how
+//! much batching saves per token. `cargo run --release -p cachefit-server
+//! --example batch_cost -- MODEL.gguf [THREADS]`
+use kernels::pool::ThreadPool;
+use model::{forward_tokens, ModelConfig, State, StateOptions, Token, Weights};
+use std::time::Instant;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let path = args.next().expect("usage: batch_cost MODEL.gguf [THREADS]");
+    let threads: usize = args.next().map_or(2, |t| t.parse().expect("threads"));
+    let file = gguf::GgufFile::open(&path).expect("open");
+    let cfg = ModelConfig::from_gguf(file.metadata()).expect("config");
+    let w = Weights::from_gguf(&file, &cfg).expect("weights");
+    let pool = ThreadPool::new(threads);
+    let pos = 100;
+    for n in [1usize, 2, 4, 8, 16] {
+        let opts = StateOptions {
+            n_seq: n,
+            n_batch: 128,
+            ..StateOptions::new(256)
+        };
+        let mut s = State::with_options(&cfg, &w, &opts).expect("state");
+        // Fill each slot's cache up to `pos`.
+        for seq in 0..n {
+            let toks: Vec<Token> = (0..pos)
+                .map(|p| Token {
+                    id: (p % 100) as u32 + 10,
+                    seq,
+                    pos: p,
+                    logits: p + 1 == pos,
+                })
+                .collect();
+            for chunk in toks.chunks(100) {
+                forward_tokens(&cfg, &w, &mut s, &pool, chunk);
+            }
+        }
+        let batch: Vec<Token> = (0..n)
+            .map(|seq| Token {
+                id: 42,
+                seq,
+                pos,
+                logits: true,
+            })
+            .collect();
+        let reps = 20;
+        let t0 = Instant::now();
+        for _ in 0..reps {
+            forward_tokens(&cfg, &w, &mut s, &pool, &batch);
+        }
+        let ms = t0.elapsed().as_secs_f64() * 1000.0 / reps as f64;
+        println!(
+            "{n:2} slots: {ms:7.2} ms/pass, {:7.1} tok/s",
+            n as f64 * 1000.0 / ms
+        );
+    }
+}

@@ -1,0 +1,706 @@
+//! OpenAI request parsing and response shapes for `/v1/chat/completions`
+//! and `/v1/completions`.
+//!
+//! Requests are read from a `serde_json::Value` field by field, so a wrong
+//! type or value names the field (`param`) in the 400 answered. Unknown
+//! fields are ignored, as OpenAI's clients send more than we use.
+//!
+//! Sampling defaults are llama.cpp's server's (temperature 0.8, top-k 40,
+//! top-p 0.95, min-p 0.05), not OpenAI's; `top_k`, `min_p` and
+//! `repeat_penalty` are accepted as llama.cpp's extensions.
+
+use chat::Message;
+use engine::SamplerConfig;
+use serde_json::{json, Map, Value};
+
+use crate::error::ApiError;
+use crate::scheduler::Finish;
+
+/// Most stop strings a request may give.
+pub const MAX_STOP: usize = 16;
+
+/// Which endpoint: the shapes of their responses differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Chat,
+    Completion,
+}
+
+/// What both endpoints take besides the prompt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    pub stream: bool,
+    pub include_usage: bool,
+    /// `max_completion_tokens`, else `max_tokens`; None: until the context
+    /// is full.
+    pub max_tokens: Option<usize>,
+    pub sampling: SamplerConfig,
+    pub stop: Vec<String>,
+}
+
+/// A completions prompt: text, or token ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    pub options: Options,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompletionRequest {
+    pub prompt: Prompt,
+    pub options: Options,
+}
+
+/// The body as a JSON object, or a 400 saying why not.
+pub fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(format!("The body is not valid JSON: {e}")))?;
+    match value {
+        Value::Object(map) => Ok(map),
+        other => Err(ApiError::invalid(format!(
+            "The body must be a JSON object, not {}",
+            type_name(&other)
+        ))),
+    }
+}
+
+impl ChatRequest {
+    pub fn from_json(obj: &Map<String, Value>) -> Result<ChatRequest, ApiError> {
+        let messages = match obj.get("messages") {
+            Some(Value::Array(items)) if !items.is_empty() => items
+                .iter()
+                .enumerate()
+                .map(|(i, m)| message(i, m))
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(Value::Array(_)) => {
+                return Err(ApiError::param("messages", "`messages` must not be empty"))
+            }
+            None | Some(Value::Null) => {
+                return Err(ApiError::param(
+                    "messages",
+                    "Missing required parameter: `messages`",
+                ))
+            }
+            Some(other) => return Err(wrong_type("messages", "an array", other)),
+        };
+        Ok(ChatRequest {
+            messages,
+            options: Options::from_json(obj)?,
+        })
+    }
+}
+
+impl CompletionRequest {
+    pub fn from_json(obj: &Map<String, Value>) -> Result<CompletionRequest, ApiError> {
+        let one_prompt = || ApiError::param("prompt", "Only one prompt per request is supported");
+        let prompt = match obj.get("prompt") {
+            Some(Value::String(s)) => Prompt::Text(s.clone()),
+            Some(Value::Array(items)) if items.is_empty() => {
+                return Err(ApiError::param("prompt", "`prompt` must not be empty"))
+            }
+            Some(Value::Array(items)) if items.iter().all(Value::is_string) => {
+                if items.len() > 1 {
+                    return Err(one_prompt());
+                }
+                Prompt::Text(items[0].as_str().unwrap_or_default().to_string())
+            }
+            Some(Value::Array(items)) if items.iter().all(Value::is_number) => {
+                Prompt::Tokens(token_ids(items)?)
+            }
+            Some(Value::Array(items)) if items.iter().all(Value::is_array) => {
+                if items.len() > 1 {
+                    return Err(one_prompt());
+                }
+                let inner = items[0].as_array().expect("checked");
+                if inner.is_empty() {
+                    return Err(ApiError::param("prompt", "`prompt` must not be empty"));
+                }
+                Prompt::Tokens(token_ids(inner)?)
+            }
+            None | Some(Value::Null) => {
+                return Err(ApiError::param(
+                    "prompt",
+                    "Missing required parameter: `prompt`",
+                ))
+            }
+            Some(other) => {
+                return Err(wrong_type(
+                    "prompt",
+                    "a string, an array of one string, or an array of token ids",
+                    other,
+                ))
+            }
+        };
+        if obj.get("echo").and_then(Value::as_bool) == Some(true) {
+            return Err(ApiError::param("echo", "`echo` is not supported"));
+        }
+        if let Some(suffix) = obj.get("suffix").filter(|v| !v.is_null()) {
+            if suffix.as_str() != Some("") {
+                return Err(ApiError::param("suffix", "`suffix` is not supported"));
+            }
+        }
+        Ok(CompletionRequest {
+            prompt,
+            options: Options::from_json(obj)?,
+        })
+    }
+}
+
+fn token_ids(items: &[Value]) -> Result<Vec<u32>, ApiError> {
+    items
+        .iter()
+        .map(|v| {
+            v.as_u64()
+                .and_then(|t| u32::try_from(t).ok())
+                .ok_or_else(|| {
+                    ApiError::param("prompt", format!("Token id {v} is not a valid token id"))
+                })
+        })
+        .collect()
+}
+
+/// One chat message: `role` and `content` (a string, null, or an array of
+/// `{"type": "text", "text": ...}` parts).
+fn message(i: usize, m: &Value) -> Result<Message, ApiError> {
+    let param = format!("messages[{i}]");
+    let Value::Object(m) = m else {
+        return Err(wrong_type(&param, "an object", m));
+    };
+    let role = match m.get("role") {
+        Some(Value::String(r)) if !r.is_empty() => r.clone(),
+        Some(other) if !other.is_null() => {
+            return Err(wrong_type(&format!("{param}.role"), "a string", other))
+        }
+        _ => {
+            return Err(ApiError::param(
+                &format!("{param}.role"),
+                format!("Missing required parameter: `{param}.role`"),
+            ))
+        }
+    };
+    let content_param = format!("{param}.content");
+    let content = match m.get("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for (k, part) in parts.iter().enumerate() {
+                let p = format!("{content_param}[{k}]");
+                let kind = part.get("type").and_then(Value::as_str);
+                match (kind, part.get("text")) {
+                    (Some("text"), Some(Value::String(t))) => text.push_str(t),
+                    (Some("text"), _) => {
+                        return Err(ApiError::param(
+                            &format!("{p}.text"),
+                            format!("`{p}.text` must be a string"),
+                        ))
+                    }
+                    (Some(other), _) => {
+                        return Err(ApiError::param(
+                            &p,
+                            format!(
+                                "Content parts of type `{other}` are not supported; only `text`"
+                            ),
+                        ))
+                    }
+                    (None, _) => {
+                        return Err(ApiError::param(
+                            &p,
+                            format!("`{p}` must be an object with a `type`"),
+                        ))
+                    }
+                }
+            }
+            text
+        }
+        Some(other) => {
+            return Err(wrong_type(
+                &content_param,
+                "a string or an array of content parts",
+                other,
+            ))
+        }
+    };
+    Ok(Message::new(role, content))
+}
+
+impl Options {
+    pub fn from_json(obj: &Map<String, Value>) -> Result<Options, ApiError> {
+        let f = Fields(obj);
+        if let Some(n) = f.int("n", 1, u64::MAX)? {
+            if n != 1 {
+                return Err(ApiError::param("n", "Only `n` = 1 is supported"));
+            }
+        }
+        if f.bool("logprobs")? == Some(true) {
+            return Err(ApiError::param("logprobs", "`logprobs` is not supported"));
+        }
+        let stream = f.bool("stream")?.unwrap_or(false);
+        let include_usage = match obj.get("stream_options") {
+            None | Some(Value::Null) => false,
+            Some(Value::Object(o)) => Fields(o)
+                .bool("include_usage")
+                .map_err(|e| e.with_param("stream_options.include_usage"))?
+                .unwrap_or(false),
+            Some(other) => return Err(wrong_type("stream_options", "an object", other)),
+        };
+        let max_tokens = match f.int("max_completion_tokens", 1, u64::MAX)? {
+            Some(n) => Some(n),
+            None => f.int("max_tokens", 1, u64::MAX)?,
+        }
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        let seed = match obj.get("seed") {
+            None | Some(Value::Null) => None,
+            // The sampler's seed is 32 bits: take the low ones.
+            Some(v) => match (v.as_i64(), v.as_u64()) {
+                (Some(s), _) => Some(s as u32),
+                (None, Some(s)) => Some(s as u32),
+                _ => return Err(wrong_type("seed", "an integer", v)),
+            },
+        };
+        let stop = match obj.get("stop") {
+            None | Some(Value::Null) => vec![],
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(items)) => {
+                if items.len() > MAX_STOP {
+                    return Err(ApiError::param(
+                        "stop",
+                        format!("At most {MAX_STOP} stop strings are supported"),
+                    ));
+                }
+                items
+                    .iter()
+                    .map(|s| match s {
+                        Value::String(s) => Ok(s.clone()),
+                        other => Err(wrong_type("stop", "a string or an array of strings", other)),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            Some(other) => {
+                return Err(wrong_type("stop", "a string or an array of strings", other))
+            }
+        };
+        let d = SamplerConfig::default();
+        let sampling = SamplerConfig {
+            temp: f.num("temperature", 0.0, 2.0)?.unwrap_or(d.temp),
+            top_p: f.num("top_p", 0.0, 1.0)?.unwrap_or(d.top_p),
+            min_p: f.num("min_p", 0.0, 1.0)?.unwrap_or(d.min_p),
+            top_k: f
+                .int("top_k", 0, u32::MAX as u64)?
+                .map_or(d.top_k, |k| k as usize),
+            frequency_penalty: f.num("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0),
+            presence_penalty: f.num("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0),
+            repeat_penalty: match f.num("repeat_penalty", 0.0, 10.0)? {
+                Some(p) if p <= 0.0 => {
+                    return Err(ApiError::param(
+                        "repeat_penalty",
+                        "`repeat_penalty` must be positive (1 is off)",
+                    ))
+                }
+                Some(p) => p,
+                None => 1.0,
+            },
+            seed,
+            ..d
+        };
+        Ok(Options {
+            stream,
+            include_usage,
+            max_tokens,
+            sampling,
+            stop,
+        })
+    }
+}
+
+/// Typed, range-checked reads of optional fields; null counts as absent.
+struct Fields<'a>(&'a Map<String, Value>);
+
+impl Fields<'_> {
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.0.get(name).filter(|v| !v.is_null())
+    }
+
+    fn num(&self, name: &str, lo: f32, hi: f32) -> Result<Option<f32>, ApiError> {
+        let Some(v) = self.get(name) else {
+            return Ok(None);
+        };
+        let x = v.as_f64().ok_or_else(|| wrong_type(name, "a number", v))? as f32;
+        if !(lo..=hi).contains(&x) {
+            return Err(ApiError::param(
+                name,
+                format!("`{name}` must be between {lo} and {hi}, not {v}"),
+            ));
+        }
+        Ok(Some(x))
+    }
+
+    fn int(&self, name: &str, lo: u64, hi: u64) -> Result<Option<u64>, ApiError> {
+        let Some(v) = self.get(name) else {
+            return Ok(None);
+        };
+        let out_of_range = || {
+            ApiError::param(
+                name,
+                if hi == u64::MAX {
+                    format!("`{name}` must be at least {lo}, not {v}")
+                } else {
+                    format!("`{name}` must be between {lo} and {hi}, not {v}")
+                },
+            )
+        };
+        match (v.as_u64(), v.as_i64()) {
+            (Some(n), _) if (lo..=hi).contains(&n) => Ok(Some(n)),
+            (Some(_), _) | (None, Some(_)) => Err(out_of_range()),
+            _ => Err(wrong_type(name, "an integer", v)),
+        }
+    }
+
+    fn bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(wrong_type(name, "a boolean", v)),
+        }
+    }
+}
+
+fn wrong_type(param: &str, want: &str, got: &Value) -> ApiError {
+    ApiError::param(
+        param,
+        format!("`{param}` must be {want}, not {}", type_name(got)),
+    )
+    .with_code("invalid_type")
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Names a response: its id, creation time and model.
+#[derive(Clone, Debug)]
+pub struct Envelope {
+    pub kind: Kind,
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+}
+
+impl Envelope {
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.kind, chunk) {
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Chat, true) => "chat.completion.chunk",
+            (Kind::Completion, _) => "text_completion",
+        }
+    }
+
+    /// The whole answer of a non-streaming request.
+    pub fn response(&self, text: &str, finish: &Finish) -> Value {
+        let choice = match self.kind {
+            Kind::Chat => json!({
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": null,
+                "finish_reason": finish.reason.as_str(),
+            }),
+            Kind::Completion => json!({
+                "index": 0,
+                "text": text,
+                "logprobs": null,
+                "finish_reason": finish.reason.as_str(),
+            }),
+        };
+        json!({
+            "id": self.id,
+            "object": self.object(false),
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": fingerprint(),
+            "choices": [choice],
+            "usage": usage(finish),
+        })
+    }
+
+    /// A streamed chunk: the first (role only, for chat), a text delta, or
+    /// the last (`finish_reason` set, no text). With `include_usage` every
+    /// chunk has `"usage": null`, as OpenAI sends them.
+    pub fn chunk(
+        &self,
+        role: bool,
+        text: Option<&str>,
+        finish: Option<&str>,
+        include_usage: bool,
+    ) -> Value {
+        let choice = match self.kind {
+            Kind::Chat => {
+                let mut delta = Map::new();
+                if role {
+                    delta.insert("role".into(), json!("assistant"));
+                    delta.insert("content".into(), json!(""));
+                }
+                if let Some(t) = text {
+                    delta.insert("content".into(), json!(t));
+                }
+                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+            }
+            Kind::Completion => json!({
+                "index": 0,
+                "text": text.unwrap_or(""),
+                "logprobs": null,
+                "finish_reason": finish,
+            }),
+        };
+        let mut v = json!({
+            "id": self.id,
+            "object": self.object(true),
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": fingerprint(),
+            "choices": [choice],
+        });
+        if include_usage {
+            v["usage"] = Value::Null;
+        }
+        v
+    }
+
+    /// The extra last chunk of `stream_options.include_usage`: no choices.
+    pub fn usage_chunk(&self, finish: &Finish) -> Value {
+        json!({
+            "id": self.id,
+            "object": self.object(true),
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": fingerprint(),
+            "choices": [],
+            "usage": usage(finish),
+        })
+    }
+}
+
+fn fingerprint() -> String {
+    format!("cachefit-{}", env!("CARGO_PKG_VERSION"))
+}
+
+pub fn usage(f: &Finish) -> Value {
+    json!({
+        "prompt_tokens": f.prompt_tokens,
+        "completion_tokens": f.completion_tokens,
+        "total_tokens": f.prompt_tokens + f.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": f.cached_tokens},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::FinishReason;
+
+    fn obj(text: &str) -> Map<String, Value> {
+        parse_body(text.as_bytes()).unwrap()
+    }
+
+    fn chat_err(text: &str) -> ApiError {
+        ChatRequest::from_json(&obj(text)).unwrap_err()
+    }
+
+    #[test]
+    fn parses_a_full_chat_request() {
+        let r = ChatRequest::from_json(&obj(r#"{
+            "model": "x", "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+                {"role": "assistant", "content": null}
+            ],
+            "max_completion_tokens": 7, "max_tokens": 3, "temperature": 0, "top_p": 0.5,
+            "seed": 42, "stop": ["\n", "END"], "frequency_penalty": 0.5, "presence_penalty": -1,
+            "stream": true, "stream_options": {"include_usage": true}, "n": 1, "user": "ignored"
+        }"#))
+        .unwrap();
+        assert_eq!(
+            r.messages,
+            vec![
+                Message::system("Be brief."),
+                Message::user("Hi there"),
+                Message::assistant("")
+            ]
+        );
+        let o = r.options;
+        assert!(o.stream && o.include_usage);
+        assert_eq!(o.max_tokens, Some(7));
+        assert_eq!(o.sampling.temp, 0.0);
+        assert_eq!(o.sampling.top_p, 0.5);
+        assert_eq!(o.sampling.seed, Some(42));
+        assert_eq!(o.sampling.frequency_penalty, 0.5);
+        assert_eq!(o.sampling.presence_penalty, -1.0);
+        assert_eq!(o.stop, vec!["\n", "END"]);
+    }
+
+    #[test]
+    fn defaults_are_llama_cpp_s() {
+        let o = ChatRequest::from_json(&obj(r#"{"messages": [{"role": "user", "content": "x"}]}"#))
+            .unwrap()
+            .options;
+        assert!(!o.stream && !o.include_usage);
+        assert_eq!(o.max_tokens, None);
+        assert_eq!(o.sampling, SamplerConfig::default());
+        assert!(o.stop.is_empty());
+    }
+
+    #[test]
+    fn wrong_types_and_values_name_the_field() {
+        let cases = [
+            (r#"{"messages": "hi"}"#, "messages"),
+            (r#"{"messages": []}"#, "messages"),
+            (r#"{}"#, "messages"),
+            (r#"{"messages": [{"content": "x"}]}"#, "messages[0].role"),
+            (
+                r#"{"messages": [{"role": "user", "content": 5}]}"#,
+                "messages[0].content",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#,
+                "messages[0].content[0]",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}"#,
+                "temperature",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "temperature": 3}"#,
+                "temperature",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}"#,
+                "max_tokens",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": -5}"#,
+                "max_tokens",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5}"#,
+                "max_tokens",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "stop": 5}"#,
+                "stop",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "stop": ["a", 1]}"#,
+                "stop",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}"#,
+                "stream",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "seed": "s"}"#,
+                "seed",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "n": 2}"#,
+                "n",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": 1}}"#,
+                "stream_options.include_usage",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "top_p": 1.5}"#,
+                "top_p",
+            ),
+        ];
+        for (body, param) in cases {
+            let e = chat_err(body);
+            assert_eq!(e.status, 400, "{body}");
+            assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn bodies_that_are_not_objects() {
+        assert_eq!(parse_body(b"{\"messages\": [").unwrap_err().status, 400);
+        assert_eq!(parse_body(b"[1, 2]").unwrap_err().status, 400);
+        assert_eq!(parse_body(b"\xff\xfe").unwrap_err().status, 400);
+        assert_eq!(parse_body(b"").unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn completion_prompts() {
+        let p = |s: &str| CompletionRequest::from_json(&obj(s)).map(|r| r.prompt);
+        assert_eq!(p(r#"{"prompt": "hi"}"#), Ok(Prompt::Text("hi".into())));
+        assert_eq!(p(r#"{"prompt": ["hi"]}"#), Ok(Prompt::Text("hi".into())));
+        assert_eq!(
+            p(r#"{"prompt": [1, 2, 3]}"#),
+            Ok(Prompt::Tokens(vec![1, 2, 3]))
+        );
+        assert_eq!(p(r#"{"prompt": [[4, 5]]}"#), Ok(Prompt::Tokens(vec![4, 5])));
+        for bad in [
+            r#"{"prompt": ["a", "b"]}"#,
+            r#"{"prompt": [-1]}"#,
+            r#"{"prompt": [1.5]}"#,
+            r#"{"prompt": []}"#,
+            r#"{"prompt": [[]]}"#,
+            r#"{"prompt": {"a": 1}}"#,
+            r#"{"prompt": [1, "a"]}"#,
+            r#"{}"#,
+            r#"{"prompt": "x", "echo": true}"#,
+        ] {
+            assert_eq!(p(bad).unwrap_err().status, 400, "{bad}");
+        }
+    }
+
+    #[test]
+    fn response_shapes() {
+        let finish = Finish {
+            reason: FinishReason::Length,
+            prompt_tokens: 5,
+            completion_tokens: 3,
+            cached_tokens: 2,
+        };
+        let env = Envelope {
+            kind: Kind::Chat,
+            id: "chatcmpl-1".into(),
+            created: 7,
+            model: "m".into(),
+        };
+        let r = env.response("abc", &finish);
+        assert_eq!(r["object"], "chat.completion");
+        assert_eq!(r["choices"][0]["message"]["content"], "abc");
+        assert_eq!(r["choices"][0]["finish_reason"], "length");
+        assert_eq!(r["usage"]["total_tokens"], 8);
+        assert_eq!(r["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+        let c = env.chunk(true, None, None, true);
+        assert_eq!(c["choices"][0]["delta"]["role"], "assistant");
+        assert!(c["usage"].is_null() && c.get("usage").is_some());
+        let last = env.chunk(false, None, Some("stop"), false);
+        assert_eq!(last["choices"][0]["delta"], json!({}));
+        assert!(last.get("usage").is_none());
+        assert_eq!(env.usage_chunk(&finish)["choices"], json!([]));
+
+        let env = Envelope {
+            kind: Kind::Completion,
+            ..env
+        };
+        assert_eq!(env.response("x", &finish)["choices"][0]["text"], "x");
+        assert_eq!(
+            env.chunk(false, Some("y"), None, false)["object"],
+            "text_completion"
+        );
+    }
+}

@@ -1,0 +1,143 @@
+//! The server's own errors ([`Error`], for starting and running it) and the
+//! errors a client sees ([`ApiError`], in OpenAI's JSON shape).
+
+use serde_json::json;
+
+/// Why the server could not start or stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("cannot start the engine thread: {0}")]
+    Thread(std::io::Error),
+    #[error(transparent)]
+    Model(#[from] model::Error),
+    #[error("--parallel must be at least 1")]
+    NoSlots,
+}
+
+/// An error answered to a client:
+/// `{"error": {"message", "type", "param", "code"}}` with an HTTP status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+    /// OpenAI's `type`: `invalid_request_error`, `server_error`, ...
+    pub kind: &'static str,
+    /// The request field at fault, if one is.
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+    /// Seconds for a `Retry-After` header (503).
+    pub retry_after: Option<u32>,
+}
+
+impl ApiError {
+    fn new(status: u16, kind: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code: None,
+            retry_after: None,
+        }
+    }
+
+    /// 400: the request is malformed or asks for something impossible.
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new(400, "invalid_request_error", message)
+    }
+
+    /// 400 about one field.
+    pub fn param(param: &str, message: impl Into<String>) -> ApiError {
+        ApiError::invalid(message).with_param(param)
+    }
+
+    pub fn unauthorized() -> ApiError {
+        ApiError {
+            code: Some("invalid_api_key"),
+            ..ApiError::new(
+                401,
+                "invalid_request_error",
+                "Incorrect or missing API key: send it as `Authorization: Bearer KEY`.",
+            )
+        }
+    }
+
+    pub fn too_large(limit: usize) -> ApiError {
+        ApiError {
+            code: Some("request_too_large"),
+            ..ApiError::new(
+                413,
+                "invalid_request_error",
+                format!("The request body is larger than the server's limit of {limit} bytes."),
+            )
+        }
+    }
+
+    pub fn not_found(what: &str) -> ApiError {
+        ApiError {
+            code: Some("not_found"),
+            ..ApiError::new(
+                404,
+                "invalid_request_error",
+                format!("No such route: {what}"),
+            )
+        }
+    }
+
+    pub fn method_not_allowed() -> ApiError {
+        ApiError::new(
+            405,
+            "invalid_request_error",
+            "Method not allowed for this route.",
+        )
+    }
+
+    /// 503 with `Retry-After`.
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError {
+            code: Some("server_overloaded"),
+            retry_after: Some(1),
+            ..ApiError::new(503, "server_error", message)
+        }
+    }
+
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(500, "server_error", message)
+    }
+
+    /// From an engine [`crate::scheduler::Event::Error`].
+    pub fn from_engine(status: u16, message: String) -> ApiError {
+        match status {
+            400 => ApiError::invalid(message),
+            503 => ApiError::unavailable(message),
+            _ => ApiError::internal(message),
+        }
+    }
+
+    pub fn with_param(mut self, param: &str) -> ApiError {
+        self.param = Some(param.to_string());
+        self
+    }
+
+    pub fn with_code(mut self, code: &'static str) -> ApiError {
+        self.code = Some(code);
+        self
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.code,
+        }})
+    }
+}

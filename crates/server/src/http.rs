@@ -1,0 +1,489 @@
+//! The HTTP layer (axum on a single-threaded tokio runtime): routes, the
+//! API-key check, bounded body reading, prompt building, and answering
+//! from the engine's events, whole or as server-sent events.
+//!
+//! Nothing here waits on a forward pass: a request becomes a [`Job`] sent
+//! to the engine thread, and the handler (or the SSE body) awaits the
+//! job's event channel. Template rendering and tokenization run on tokio's
+//! blocking pool. When a client goes away, hyper drops the handler or the
+//! SSE body, which drops the event receiver; the engine sees that at its
+//! next step and frees the slot.
+
+use std::convert::Infallible;
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use chat::ChatTemplate;
+use futures_core::Stream;
+use serde_json::{json, Value};
+use tokenize::Vocab;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use crate::api::{self, ChatRequest, CompletionRequest, Envelope, Kind, Options, Prompt};
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::scheduler::{Event, GenParams, Job, Msg};
+
+/// Most bytes of an over-long body read (and dropped) before answering
+/// 413, so the client gets the answer rather than a reset connection.
+const MAX_DRAIN_BYTES: usize = 64 << 20;
+
+/// What every handler shares.
+pub struct App {
+    pub api_key: Option<String>,
+    pub max_queue: usize,
+    pub max_body_bytes: usize,
+    pub model_name: String,
+    pub vocab: Arc<Vocab>,
+    pub template: Arc<ChatTemplate>,
+    pub jobs: Sender<Msg>,
+    pub metrics: Arc<Metrics>,
+    /// Positions per slot.
+    pub n_ctx: usize,
+    pub n_vocab: usize,
+    pub created: u64,
+    pub next_id: AtomicU64,
+    pub shutting_down: AtomicBool,
+}
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(app.clone(), guard))
+        .with_state(app)
+}
+
+pub fn unix_time() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Routes as metrics label them (anything else is "other", so a scanner
+/// cannot grow the label set).
+fn route_label(path: &str) -> &'static str {
+    match path {
+        "/health" => "/health",
+        "/metrics" => "/metrics",
+        "/v1/models" => "/v1/models",
+        "/v1/chat/completions" => "/v1/chat/completions",
+        "/v1/completions" => "/v1/completions",
+        _ => "other",
+    }
+}
+
+/// API key (everything but /health) and response counting.
+async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    let route = route_label(req.uri().path());
+    let response = if route != "/health" && !authorized(&app, req.headers()) {
+        error_response(ApiError::unauthorized())
+    } else {
+        next.run(req).await
+    };
+    app.metrics.response(route, response.status().as_u16());
+    response
+}
+
+fn authorized(app: &App, headers: &HeaderMap) -> bool {
+    let Some(key) = &app.api_key else {
+        return true;
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    // Compare every byte whatever the first difference, so the time taken
+    // does not tell how much of a guess was right.
+    given.len() == key.len()
+        && given
+            .bytes()
+            .zip(key.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+pub fn error_response(e: ApiError) -> Response {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut r = json_response(status, &e.body());
+    if let Some(secs) = e.retry_after {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    if e.status == 401 {
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    r
+}
+
+fn json_response(status: StatusCode, v: &Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        v.to_string(),
+    )
+        .into_response()
+}
+
+async fn not_found(req: Request) -> Response {
+    error_response(ApiError::not_found(&format!(
+        "{} {}",
+        req.method(),
+        req.uri().path()
+    )))
+}
+
+async fn method_not_allowed() -> Response {
+    error_response(ApiError::method_not_allowed())
+}
+
+async fn health(State(app): State<Arc<App>>) -> Response {
+    if app.shutting_down.load(Ordering::Relaxed) {
+        return json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"status": "shutting down"}),
+        );
+    }
+    let m = &app.metrics;
+    let busy = m.active.load(Ordering::Relaxed);
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "status": "ok",
+            "slots_idle": m.n_slots.saturating_sub(busy),
+            "slots_busy": busy,
+            "queue": m.queued.load(Ordering::Relaxed),
+        }),
+    )
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn models(State(app): State<Arc<App>>) -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({"object": "list", "data": [{
+            "id": app.model_name,
+            "object": "model",
+            "created": app.created,
+            "owned_by": "cachefit",
+            "meta": {"n_ctx_per_slot": app.n_ctx, "n_vocab": app.n_vocab, "slots": app.metrics.n_slots},
+        }]}),
+    )
+}
+
+async fn chat_completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    generate(app, Kind::Chat, headers, body)
+        .await
+        .unwrap_or_else(error_response)
+}
+
+async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    generate(app, Kind::Completion, headers, body)
+        .await
+        .unwrap_or_else(error_response)
+}
+
+/// The body, at most `limit` bytes (413 beyond).
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let mut stream = body.into_data_stream();
+    let mut out = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)).await {
+        let chunk =
+            chunk.map_err(|e| ApiError::invalid(format!("Reading the body failed: {e}")))?;
+        seen = seen.saturating_add(chunk.len());
+        if seen > limit || declared.is_some_and(|n| n > limit as u64) {
+            // Keep reading (up to a bound) so the client, still sending,
+            // gets our answer instead of a reset.
+            if seen > MAX_DRAIN_BYTES {
+                break;
+            }
+            continue;
+        }
+        out.extend_from_slice(&chunk);
+    }
+    if seen > limit || declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::too_large(limit));
+    }
+    Ok(out)
+}
+
+/// What a request asks the model to continue.
+enum Source {
+    Messages(Vec<chat::Message>),
+    Prompt(Prompt),
+}
+
+async fn generate(
+    app: Arc<App>,
+    kind: Kind,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let bytes = read_body(&headers, body, app.max_body_bytes).await?;
+    let obj = api::parse_body(&bytes)?;
+    let (source, options) = match kind {
+        Kind::Chat => {
+            let r = ChatRequest::from_json(&obj)?;
+            (Source::Messages(r.messages), r.options)
+        }
+        Kind::Completion => {
+            let r = CompletionRequest::from_json(&obj)?;
+            (Source::Prompt(r.prompt), r.options)
+        }
+    };
+    let param = match kind {
+        Kind::Chat => "messages",
+        Kind::Completion => "prompt",
+    };
+    let worker = app.clone();
+    let prompt = tokio::task::spawn_blocking(move || worker.tokenize(source))
+        .await
+        .map_err(|_| ApiError::internal("Building the prompt failed"))??;
+    if prompt.is_empty() {
+        return Err(ApiError::param(param, "The prompt is empty (no tokens)"));
+    }
+    if prompt.len() >= app.n_ctx {
+        return Err(ApiError::param(
+            param,
+            format!(
+                "This model's maximum context length is {} tokens per slot, and the prompt is {} tokens; at least one token must be left to generate. Shorten the prompt or start the server with a larger -c.",
+                app.n_ctx,
+                prompt.len()
+            ),
+        )
+        .with_code("context_length_exceeded"));
+    }
+    let (id, rx) = submit(&app, prompt, &options)?;
+    let envelope = Envelope {
+        kind,
+        id: format!(
+            "{}-{id}",
+            match kind {
+                Kind::Chat => "chatcmpl",
+                Kind::Completion => "cmpl",
+            }
+        ),
+        created: unix_time(),
+        model: obj
+            .get("model")
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty())
+            .unwrap_or(&app.model_name)
+            .to_string(),
+    };
+    if options.stream {
+        let stream = SseStream {
+            rx,
+            envelope,
+            include_usage: options.include_usage,
+            started: false,
+            done: false,
+        };
+        let mut r = Response::new(Body::from_stream(stream));
+        let h = r.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        return Ok(r);
+    }
+    let mut rx = rx;
+    let mut text = String::new();
+    loop {
+        match rx.recv().await {
+            Some(Event::Text(t)) => text.push_str(&t),
+            Some(Event::Done(finish)) => {
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &envelope.response(&text, &finish),
+                ))
+            }
+            Some(Event::Error { status, message }) => {
+                return Err(ApiError::from_engine(status, message))
+            }
+            None => return Err(ApiError::internal("The engine stopped")),
+        }
+    }
+}
+
+impl App {
+    /// Render (chat) and tokenize; runs on the blocking pool.
+    fn tokenize(&self, source: Source) -> Result<Vec<u32>, ApiError> {
+        match source {
+            Source::Messages(messages) => {
+                let text = self.template.render(&messages, true).map_err(|e| {
+                    ApiError::param("messages", format!("The chat template failed: {e}"))
+                })?;
+                let mut tokens = self.vocab.encode(&text, true, true);
+                // A template that writes the BOS itself, plus the one the
+                // tokenizer adds: keep one (llama.cpp warns and keeps both).
+                if let Some(bos) = self.vocab.bos() {
+                    if tokens.len() >= 2 && tokens[0] == bos && tokens[1] == bos {
+                        tokens.remove(0);
+                    }
+                }
+                Ok(tokens)
+            }
+            Source::Prompt(Prompt::Text(text)) => Ok(self.vocab.encode(&text, true, true)),
+            Source::Prompt(Prompt::Tokens(tokens)) => {
+                if let Some(bad) = tokens.iter().find(|&&t| t as usize >= self.n_vocab) {
+                    return Err(ApiError::param(
+                        "prompt",
+                        format!(
+                            "Token id {bad} is outside the model's vocabulary of {}",
+                            self.n_vocab
+                        ),
+                    ));
+                }
+                Ok(tokens)
+            }
+        }
+    }
+}
+
+/// Queue a job for the engine, or 503 when the queue is full or the
+/// server is stopping.
+fn submit(
+    app: &App,
+    prompt: Vec<u32>,
+    options: &Options,
+) -> Result<(u64, UnboundedReceiver<Event>), ApiError> {
+    if app.shutting_down.load(Ordering::Relaxed) {
+        return Err(ApiError::unavailable("The server is shutting down"));
+    }
+    let queued = &app.metrics.queued;
+    if queued
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
+            (q < app.max_queue).then_some(q + 1)
+        })
+        .is_err()
+    {
+        return Err(ApiError::unavailable(format!(
+            "All {} slots are busy and {} requests are already queued; retry later",
+            app.metrics.n_slots, app.max_queue
+        )));
+    }
+    let (tx, rx) = unbounded_channel();
+    let id = app.next_id.fetch_add(1, Ordering::Relaxed);
+    let job = Job {
+        id,
+        prompt,
+        params: GenParams {
+            max_tokens: options.max_tokens.unwrap_or(usize::MAX),
+            sampling: options.sampling.clone(),
+            stop: options.stop.clone(),
+        },
+        events: tx,
+        queued_at: Instant::now(),
+    };
+    if app.jobs.send(Msg::Job(Box::new(job))).is_err() {
+        queued.fetch_sub(1, Ordering::AcqRel);
+        return Err(ApiError::unavailable("The engine has stopped"));
+    }
+    Ok((id, rx))
+}
+
+/// The SSE body: OpenAI chunks as the engine's events arrive, then
+/// `data: [DONE]`. Dropped by hyper when the client goes away, which
+/// drops the receiver and so cancels the job.
+struct SseStream {
+    rx: UnboundedReceiver<Event>,
+    envelope: Envelope,
+    include_usage: bool,
+    started: bool,
+    done: bool,
+}
+
+fn sse_event(out: &mut String, v: &Value) {
+    out.push_str("data: ");
+    out.push_str(&v.to_string());
+    out.push_str("\n\n");
+}
+
+impl Stream for SseStream {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let (env, usage) = (&this.envelope, this.include_usage);
+        let mut out = String::new();
+        if !this.started {
+            this.started = true;
+            if env.kind == Kind::Chat {
+                sse_event(&mut out, &env.chunk(true, None, None, usage));
+            }
+        }
+        // Everything ready goes out in one write.
+        loop {
+            match this.rx.poll_recv(cx) {
+                Poll::Ready(Some(Event::Text(t))) => {
+                    sse_event(&mut out, &env.chunk(false, Some(&t), None, usage));
+                }
+                Poll::Ready(Some(Event::Done(finish))) => {
+                    sse_event(
+                        &mut out,
+                        &env.chunk(false, None, Some(finish.reason.as_str()), usage),
+                    );
+                    if usage {
+                        sse_event(&mut out, &env.usage_chunk(&finish));
+                    }
+                    out.push_str("data: [DONE]\n\n");
+                    this.done = true;
+                    break;
+                }
+                Poll::Ready(Some(Event::Error { status, message })) => {
+                    sse_event(&mut out, &ApiError::from_engine(status, message).body());
+                    this.done = true;
+                    break;
+                }
+                Poll::Ready(None) => {
+                    sse_event(&mut out, &ApiError::internal("The engine stopped").body());
+                    this.done = true;
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        if out.is_empty() {
+            Poll::Pending
+        } else {
+            Poll::Ready(Some(Ok(Bytes::from(out))))
+        }
+    }
+}

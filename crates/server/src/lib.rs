@@ -1,0 +1,225 @@
+//! `cachefit serve`: an OpenAI-compatible HTTP server over the model.
+//!
+//! Two sides joined by channels. The engine thread ([`scheduler`]) owns
+//! the weights, one [`model::State`] with a KV cache per slot, and the
+//! kernel thread pool; each step it runs one batched forward pass over
+//! every busy slot (continuous batching: requests join and leave between
+//! steps). The HTTP side ([`http`], axum on a single-threaded tokio
+//! runtime) parses requests ([`api`]), renders chat templates and
+//! tokenizes on the blocking pool, sends a [`scheduler::Job`] down a std
+//! channel, and answers from the job's event channel, whole or streamed as
+//! server-sent events. It never waits on a forward pass, and a bounded
+//! queue turns overload into 503s with `Retry-After`.
+//!
+//! ```text
+//! client ─HTTP─▶ axum handler ─Job─▶ engine thread: queue → slots → forward_tokens
+//!        ◀─SSE── event receiver ◀─Text/Done─┘
+//! ```
+//!
+//! SIGINT/SIGTERM: stop accepting, let running requests finish, and at
+//! the deadline end whatever is left ([`scheduler::Msg::CancelAll`]); then
+//! the engine thread drains and [`serve`] returns.
+//!
+//! Layout: [`api`] (OpenAI request/response shapes), [`http`] (routes,
+//! auth, SSE), [`scheduler`] (slots, batching, sampling), [`backend`] (the
+//! model behind the scheduler), [`metrics`] (Prometheus text), [`error`].
+
+pub mod api;
+pub mod backend;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod scheduler;
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use chat::ChatTemplate;
+use gguf::GgufFile;
+use kernels::pool::ThreadPool;
+use model::{ModelConfig, State, StateOptions, Weights};
+use tokenize::Vocab;
+
+pub use error::{ApiError, Error};
+
+/// How to serve.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub host: String,
+    /// 0 picks a free port (the address is logged).
+    pub port: u16,
+    /// Required as `Authorization: Bearer KEY` when set.
+    pub api_key: Option<String>,
+    /// Requests waiting for a slot before new ones get 503.
+    pub max_queue: usize,
+    pub max_body_bytes: usize,
+    /// How long running requests may take to finish after SIGINT/SIGTERM.
+    pub shutdown_timeout: Duration,
+    /// Kernel threads of the engine.
+    pub threads: usize,
+    /// The name `/v1/models` gives.
+    pub model_name: String,
+}
+
+/// Serve the model until SIGINT/SIGTERM. `opts.n_seq` is the number of
+/// slots and `opts.n_ctx` each slot's context; `opts.n_batch` must be at
+/// least `opts.n_seq`.
+pub fn serve(
+    file: &GgufFile,
+    cfg: &ModelConfig,
+    vocab: Vocab,
+    opts: &StateOptions,
+    config: Config,
+) -> Result<(), Error> {
+    if opts.n_seq == 0 {
+        return Err(Error::NoSlots);
+    }
+    let vocab = Arc::new(vocab);
+    let template = chat_template(file, &vocab);
+    let weights = Weights::from_gguf(file, cfg)?;
+    let state = State::with_options(cfg, &weights, opts)?;
+    let addr = format!("{}:{}", config.host, config.port);
+    let listener = TcpListener::bind(&addr).map_err(|source| Error::Bind {
+        addr: addr.clone(),
+        source,
+    })?;
+    let local = listener.local_addr().map_err(|source| Error::Bind {
+        addr: addr.clone(),
+        source,
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| Error::Bind { addr, source })?;
+
+    let metrics = Arc::new(metrics::Metrics::new(opts.n_seq));
+    let (jobs, rx) = mpsc::channel();
+    let app = Arc::new(http::App {
+        api_key: config.api_key.clone(),
+        max_queue: config.max_queue,
+        max_body_bytes: config.max_body_bytes,
+        model_name: config.model_name.clone(),
+        vocab: vocab.clone(),
+        template: Arc::new(template),
+        jobs,
+        metrics: metrics.clone(),
+        n_ctx: opts.n_ctx,
+        n_vocab: cfg.vocab_size,
+        created: http::unix_time(),
+        next_id: AtomicU64::new(1),
+        shutting_down: AtomicBool::new(false),
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::Runtime)?;
+
+    std::thread::scope(|scope| -> Result<(), Error> {
+        let eog = vocab.eog_tokens().to_vec();
+        let engine_vocab = vocab.clone();
+        let threads = config.threads;
+        let engine = std::thread::Builder::new()
+            .name("engine".into())
+            .spawn_scoped(scope, move || {
+                let pool = ThreadPool::new(threads);
+                let backend = backend::ModelBackend::new(cfg, weights, state, pool, &engine_vocab);
+                scheduler::Engine::new(backend, eog, metrics).run(rx);
+            })
+            .map_err(Error::Thread)?;
+        eprintln!(
+            "cachefit: {} slots, ctx {} per slot, batch {}, queue {}, {} threads",
+            opts.n_seq, opts.n_ctx, opts.n_batch, config.max_queue, config.threads
+        );
+        eprintln!("cachefit: listening on http://{local}");
+        let result = runtime.block_on(run_http(listener, app.clone(), config.shutdown_timeout));
+        // Connections the deadline gave up on hold the App: drop them, then
+        // ours, so the engine sees its channel close.
+        runtime.shutdown_timeout(Duration::from_secs(1));
+        drop(app);
+        let _ = engine.join();
+        eprintln!("cachefit: stopped");
+        result
+    })
+}
+
+fn chat_template(file: &GgufFile, vocab: &Vocab) -> ChatTemplate {
+    let text = |id: Option<u32>| id.and_then(|i| vocab.token_text(i));
+    let (bos, eos) = (text(vocab.bos()), text(vocab.eos()));
+    let template = ChatTemplate::from_gguf(file.metadata(), bos, eos).unwrap_or_else(|e| {
+        eprintln!("cachefit: warning: the model's chat template does not compile ({e})");
+        ChatTemplate::chatml_fallback(bos, eos).expect("the ChatML template compiles")
+    });
+    if template.is_fallback() {
+        eprintln!("cachefit: {}", chat::FALLBACK_NOTICE);
+    }
+    template
+}
+
+async fn run_http(
+    listener: TcpListener,
+    app: Arc<http::App>,
+    shutdown_timeout: Duration,
+) -> Result<(), Error> {
+    let listener = tokio::net::TcpListener::from_std(listener).map_err(Error::Runtime)?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let signalled = {
+        let app = app.clone();
+        async move {
+            let why = wait_for_signal().await;
+            app.shutting_down.store(true, Ordering::Relaxed);
+            eprintln!(
+                "cachefit: {why}: no new connections; waiting up to {:.0} s for running requests",
+                shutdown_timeout.as_secs_f64()
+            );
+            let _ = stop_tx.send(true);
+        }
+    };
+    tokio::spawn(signalled);
+    let graceful = {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    let deadline = {
+        let mut rx = stop_rx;
+        let app = app.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+            tokio::time::sleep(shutdown_timeout).await;
+            eprintln!("cachefit: shutdown deadline: ending the requests still running");
+            let _ = app.jobs.send(scheduler::Msg::CancelAll);
+            // Time for their handlers to answer before connections are cut.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    };
+    let server = axum::serve(listener, http::router(app)).with_graceful_shutdown(graceful);
+    tokio::select! {
+        r = std::future::IntoFuture::into_future(server) => r.map_err(Error::Runtime),
+        () = deadline => Ok(()),
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM and says which.
+async fn wait_for_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+                _ = term.recv() => "SIGTERM",
+            },
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                "SIGINT"
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "interrupt"
+    }
+}

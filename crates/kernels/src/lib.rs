@@ -14,6 +14,7 @@
 //! Nothing here knows about models.
 
 pub mod bandwidth;
+pub mod int8;
 pub mod isa;
 pub mod matmul;
 pub mod matvec;
@@ -21,6 +22,7 @@ pub mod ops;
 pub mod pool;
 pub mod quant;
 pub mod traits;
+pub mod vecops;
 
 pub use gguf::GgmlType;
 pub use isa::Isa;

@@ -1,5 +1,7 @@
 //! Test-only helpers shared by the crates' integration tests.
 
+pub mod cachefit;
+
 use std::path::PathBuf;
 
 /// Folder `scripts/fetch-models.sh` fills: `$CACHEFIT_MODELS`, or

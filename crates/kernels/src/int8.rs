@@ -1,0 +1,580 @@
+//! Int8 matrices with one f32 scale per row, times an int8 vector: the
+//! arithmetic of the `cachefit` architecture (docs/CACHEFIT-FORMAT.md,
+//! "Runtime arithmetic").
+//!
+//! An activation `x` is quantized once ([`I8Vector::quantize`]): `sx =
+//! max|x| / 127`, `qx = round(x / sx)` (halves away from zero). Then each
+//! output is `y[r] = (Σ_c q[r][c]·qx[c]) as f32 · (scale[r] · sx)`: the sum
+//! is exact in i32 and the float part is the same two products in every
+//! kernel, so **every kernel set gives bit-identical outputs**, on any split
+//! of the rows over threads. Tests hold each set to the scalar twin
+//! ([`matvec_rows_ref`]) bit for bit.
+//!
+//! Kernels, eight rows per step so the activation is loaded once per eight
+//! rows and the horizontal sums are shared (one transpose-add for all
+//! eight):
+//! - AVX2: `vpmaddubsw` with the sign trick, `|qx| · sign(q, qx)`; |qx| is
+//!   precomputed with the quantized vector. Exact because weights and
+//!   activations are in −127..=127 (pairs stay below 2·127² < 2¹⁵); weights
+//!   holding −128 are refused by [`I8Matrix::new`]. The last partial 32-byte
+//!   chunk re-reads a row's last 32 bytes against an activation masked to 0
+//!   where columns were already counted, so no scalar tail.
+//! - AVX-512 VNNI on a packed copy (made when the matrix is bound, if this
+//!   process uses the AVX-512 kernels): rows interleaved in blocks of 16,
+//!   four columns of each row per 4-byte lane, stored as `q + 128` (u8). One
+//!   `vpdpbusd` of a 64-byte block against four activation bytes broadcast
+//!   to every lane adds four columns to sixteen rows, so each lane
+//!   accumulates one row and no horizontal sums are needed; the offset's
+//!   contribution `128 · Σ_c qx[c]` is one number per activation. Four
+//!   blocks (64 rows) share each broadcast. Rows and columns are padded
+//!   with zeros to whole blocks in the copy.
+//! - AVX-512 VNNI on the rows in place (matrices bound without packing):
+//!   `vpdpbusd` on the activation offset to unsigned (`qx + 128`,
+//!   precomputed) and the weights; the offset's contribution `128 ·
+//!   Σ_c q[r][c]` is subtracted per row, with the row sums computed once when
+//!   the matrix is bound. The tail is one masked load per row.
+//!
+//! Rows of up to [`MAX_COLS`] columns keep every partial sum inside i32.
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+#[cfg(test)]
+mod tests;
+
+use crate::isa::Isa;
+use crate::pool::ThreadPool;
+use bytemuck::{Pod, Zeroable};
+use std::fmt;
+
+/// Widest row: `255 · 127 · MAX_COLS` (the VNNI kernel's offset sum) stays
+/// below 2³¹.
+pub const MAX_COLS: usize = 1 << 16;
+
+/// Why an int8 matrix cannot be bound.
+#[derive(Debug, Clone, PartialEq)]
+pub enum I8Error {
+    /// More columns than [`MAX_COLS`].
+    TooWide { cols: usize },
+    /// `rows × cols` overflows.
+    TooLarge { rows: usize, cols: usize },
+    /// The weights are not `rows × cols` long.
+    DataLength { expected: usize, actual: usize },
+    /// Not one scale per row.
+    ScaleLength { rows: usize, actual: usize },
+    /// A weight is −128 (the format allows −127..=127 only).
+    MinusOneTwentyEight { row: usize, col: usize },
+    /// A row's scale is NaN or infinite.
+    BadScale { row: usize, scale: f32 },
+}
+
+impl fmt::Display for I8Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            I8Error::TooWide { cols } => write!(
+                f,
+                "int8 rows of {cols} columns are wider than the {MAX_COLS} the kernels sum exactly"
+            ),
+            I8Error::TooLarge { rows, cols } => {
+                write!(f, "int8 matrix of {rows}×{cols} is too large to address")
+            }
+            I8Error::DataLength { expected, actual } => {
+                write!(f, "int8 weights: expected {expected} bytes, got {actual}")
+            }
+            I8Error::ScaleLength { rows, actual } => {
+                write!(f, "expected one scale per row ({rows}), got {actual}")
+            }
+            I8Error::MinusOneTwentyEight { row, col } => write!(
+                f,
+                "weight ({row}, {col}) is -128; int8 weights must lie in -127..=127"
+            ),
+            I8Error::BadScale { row, scale } => {
+                write!(f, "the scale of row {row} is {scale}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for I8Error {}
+
+/// A row-major `rows × cols` int8 matrix with one f32 scale per row,
+/// borrowed in place (e.g. from a memory map), plus what the VNNI kernels
+/// need, owned: each row's sum of weights, and (when packed) the
+/// interleaved copy described in the module docs.
+pub struct I8Matrix<'a> {
+    rows: usize,
+    cols: usize,
+    q: &'a [i8],
+    scales: &'a [f32],
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    row_sums: Vec<i32>,
+    packed: Option<Vec<Line>>,
+}
+
+/// Rows per block of the packed layout (one per i32 lane of a zmm).
+const PACK_ROWS: usize = 16;
+
+/// Bytes of one packed block of 16 rows: 64 per group of four columns.
+fn packed_block_bytes(cols: usize) -> usize {
+    cols.div_ceil(4) * 64
+}
+
+impl<'a> I8Matrix<'a> {
+    /// Check the shape and values (no −128, finite scales) and sum the rows.
+    pub fn new(
+        rows: usize,
+        cols: usize,
+        q: &'a [i8],
+        scales: &'a [f32],
+    ) -> Result<I8Matrix<'a>, I8Error> {
+        if cols > MAX_COLS {
+            return Err(I8Error::TooWide { cols });
+        }
+        let expected = rows
+            .checked_mul(cols)
+            .ok_or(I8Error::TooLarge { rows, cols })?;
+        if q.len() != expected {
+            return Err(I8Error::DataLength {
+                expected,
+                actual: q.len(),
+            });
+        }
+        if scales.len() != rows {
+            return Err(I8Error::ScaleLength {
+                rows,
+                actual: scales.len(),
+            });
+        }
+        if let Some((row, &scale)) = scales.iter().enumerate().find(|(_, s)| !s.is_finite()) {
+            return Err(I8Error::BadScale { row, scale });
+        }
+        let mut row_sums = Vec::with_capacity(rows);
+        for (row, w) in q.chunks_exact(cols.max(1)).take(rows).enumerate() {
+            if let Some(col) = w.iter().position(|&v| v == i8::MIN) {
+                return Err(I8Error::MinusOneTwentyEight { row, col });
+            }
+            row_sums.push(w.iter().map(|&v| v as i32).sum());
+        }
+        row_sums.resize(rows, 0); // cols == 0
+        let mut m = I8Matrix {
+            rows,
+            cols,
+            q,
+            scales,
+            row_sums,
+            packed: None,
+        };
+        if crate::isa::selected() == Isa::Avx512 {
+            m.pack();
+        }
+        Ok(m)
+    }
+
+    /// Make the packed copy the AVX-512 kernel prefers (done by
+    /// [`I8Matrix::new`] when this process uses the AVX-512 kernels): as
+    /// many bytes again as the weights.
+    pub fn pack(&mut self) {
+        let bb = packed_block_bytes(self.cols);
+        let blocks = self.rows.div_ceil(PACK_ROWS);
+        let mut buf = vec![Line([0x80; 64]); (blocks * bb).div_ceil(64)];
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut buf);
+        for r in 0..self.rows {
+            let (b, lane) = (r / PACK_ROWS, r % PACK_ROWS);
+            for (c, &w) in self.row(r).iter().enumerate() {
+                bytes[b * bb + (c / 4) * 64 + lane * 4 + c % 4] = (w as u8) ^ 0x80;
+            }
+        }
+        self.packed = Some(buf);
+    }
+
+    /// Drop the packed copy (the kernels then read the rows in place).
+    pub fn unpack(&mut self) {
+        self.packed = None;
+    }
+
+    /// Whether [`I8Matrix::pack`] made a copy.
+    pub fn is_packed(&self) -> bool {
+        self.packed.is_some()
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    /// All weights, row-major.
+    pub fn weights(&self) -> &'a [i8] {
+        self.q
+    }
+    pub fn scales(&self) -> &'a [f32] {
+        self.scales
+    }
+    /// Row `r`'s weights.
+    pub fn row(&self, r: usize) -> &'a [i8] {
+        &self.q[r * self.cols..(r + 1) * self.cols]
+    }
+    /// Bytes a matvec streams: weights (as packed, if so) and scales.
+    pub fn bytes(&self) -> usize {
+        let w = match &self.packed {
+            Some(p) => p.len() * 64,
+            None => self.q.len(),
+        };
+        w + 4 * self.scales.len()
+    }
+    /// Row `r` as floats, `scale[r] · q[r][c]` (an embedding lookup).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        assert_eq!(out.len(), self.cols, "dequantize_row: wrong output length");
+        let s = self.scales[r];
+        for (o, &q) in out.iter_mut().zip(self.row(r)) {
+            *o = s * q as f32;
+        }
+    }
+}
+
+impl fmt::Debug for I8Matrix<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("I8Matrix")
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .finish()
+    }
+}
+
+/// A cache line of bytes, so the vector's regions start 64-byte aligned.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct Line([u8; 64]);
+
+/// An activation quantized to int8 with one scale, in the forms the
+/// kernels read: `q`, `q + 128` as u8 (VNNI) and `|q|` (AVX2), each region
+/// padded with zeros to whole cache lines. Reusable: it grows to the
+/// longest vector seen, so a token loop allocates nothing.
+#[derive(Default)]
+pub struct I8Vector {
+    buf: Vec<Line>,
+    len: usize,
+    scale: f32,
+    /// Σ q (for the packed kernel's offset correction).
+    sum: i32,
+}
+
+impl I8Vector {
+    pub fn new() -> I8Vector {
+        I8Vector::default()
+    }
+
+    /// A vector that quantizes up to `n` elements without allocating.
+    pub fn with_capacity(n: usize) -> I8Vector {
+        let mut v = I8Vector::new();
+        v.reserve(n);
+        v
+    }
+
+    /// Grow to hold `n` elements.
+    pub fn reserve(&mut self, n: usize) {
+        let lines = 3 * n.div_ceil(64);
+        if self.buf.len() < lines {
+            self.buf.resize(lines, Line::zeroed());
+        }
+    }
+
+    /// Quantize `x` with the kernels this process selected.
+    pub fn quantize(&mut self, x: &[f32]) {
+        self.quantize_with(selected_quantizer(), x)
+    }
+
+    /// Quantize `x` with the kernels for `isa` (every set gives the same
+    /// bytes and scale).
+    pub fn quantize_isa(&mut self, isa: Isa, x: &[f32]) {
+        self.quantize_with(quantizer(isa), x)
+    }
+
+    fn quantize_with(&mut self, quantize: QuantizeFn, x: &[f32]) {
+        let n = x.len();
+        self.reserve(n);
+        let padded = Self::padded(n);
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.buf);
+        let (q, rest) = bytes[..3 * padded].split_at_mut(padded);
+        let (u, a) = rest.split_at_mut(padded);
+        let q: &mut [i8] = bytemuck::cast_slice_mut(q);
+        self.scale = quantize(x, &mut q[..n]);
+        q[n..].fill(0);
+        for ((&qi, ui), ai) in q.iter().zip(u.iter_mut()).zip(a.iter_mut()) {
+            *ui = (qi as u8) ^ 0x80;
+            *ai = qi.unsigned_abs();
+        }
+        self.sum = q.iter().map(|&v| v as i32).sum();
+        self.len = n;
+    }
+
+    fn padded(n: usize) -> usize {
+        n.div_ceil(64) * 64
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// `sx = max|x| / 127` (0 for an all-zero vector).
+    pub fn scale(&self) -> f32 {
+        self.scale
+    }
+    /// The quantized values.
+    pub fn q(&self) -> &[i8] {
+        &self.q_padded()[..self.len]
+    }
+    /// Bytes reserved.
+    pub fn capacity(&self) -> usize {
+        self.buf.len() * 64
+    }
+
+    fn region(&self, i: usize) -> &[u8] {
+        let p = Self::padded(self.len);
+        &bytemuck::cast_slice(&self.buf)[i * p..(i + 1) * p]
+    }
+    /// `q`, zero-padded to whole cache lines.
+    fn q_padded(&self) -> &[i8] {
+        bytemuck::cast_slice(self.region(0))
+    }
+    /// `q + 128` as u8, padded to whole cache lines.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn offset(&self) -> &[u8] {
+        self.region(1)
+    }
+    /// `|q|`, zero-padded to whole cache lines.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn abs(&self) -> &[u8] {
+        self.region(2)
+    }
+}
+
+/// `quantize_activation` of one kernel set.
+type QuantizeFn = fn(x: &[f32], q: &mut [i8]) -> f32;
+
+/// Quantize `x` into `q` with the selected kernels; returns the scale
+/// `max|x| / 127` (0, and all `q` 0, when `x` is all zeros). Results for
+/// NaN or infinite inputs are unspecified (but memory-safe).
+pub fn quantize_activation(x: &[f32], q: &mut [i8]) -> f32 {
+    selected_quantizer()(x, q)
+}
+
+/// [`quantize_activation`] with the kernels for `isa` (scalar where the CPU
+/// lacks them); bit-identical to [`quantize_activation_ref`].
+pub fn quantize_activation_isa(isa: Isa, x: &[f32], q: &mut [i8]) -> f32 {
+    quantizer(isa)(x, q)
+}
+
+fn selected_quantizer() -> QuantizeFn {
+    static Q: std::sync::OnceLock<QuantizeFn> = std::sync::OnceLock::new();
+    *Q.get_or_init(|| quantizer(crate::isa::selected()))
+}
+
+fn quantizer(isa: Isa) -> QuantizeFn {
+    // SAFETY (of the kernels handed out below): only when the CPU supports
+    // `isa`, which is what their `unsafe` calls rely on.
+    if !isa.is_supported() {
+        return quantize_activation_ref;
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => |x, q| {
+            assert_eq!(x.len(), q.len(), "quantize_activation: lengths differ");
+            // SAFETY: AVX-512 checked by `quantizer`; equal lengths above.
+            unsafe { x86::quantize_avx512(x, q) }
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => |x, q| {
+            assert_eq!(x.len(), q.len(), "quantize_activation: lengths differ");
+            // SAFETY: AVX2 checked by `quantizer`; equal lengths above.
+            unsafe { x86::quantize_avx2(x, q) }
+        },
+        _ => quantize_activation_ref,
+    }
+}
+
+/// The reference quantizer: `scale = max|x| / 127`, `q = round(x / scale)`
+/// with halves away from zero, clamped to −127..=127.
+pub fn quantize_activation_ref(x: &[f32], q: &mut [i8]) -> f32 {
+    assert_eq!(x.len(), q.len(), "quantize_activation: lengths differ");
+    let amax = x.iter().fold(0.0f32, |m, &v| m.max(v.abs()));
+    let scale = amax / 127.0;
+    if scale == 0.0 {
+        q.fill(0);
+        return 0.0;
+    }
+    for (q, &v) in q.iter_mut().zip(x) {
+        *q = quantize_one(v, scale);
+    }
+    scale
+}
+
+/// One element, as every kernel computes it.
+#[inline]
+fn quantize_one(v: f32, scale: f32) -> i8 {
+    (v / scale).round().clamp(-127.0, 127.0) as i8
+}
+
+/// `y[i] = m.row(row0 + i) · x` for `i < y.len()`, as in the module docs.
+pub type RowsFn = fn(m: &I8Matrix<'_>, x: &I8Vector, row0: usize, y: &mut [f32]);
+
+/// Check what every kernel relies on.
+fn check(m: &I8Matrix<'_>, x: &I8Vector, row0: usize, y: &[f32]) {
+    assert_eq!(
+        x.len(),
+        m.cols,
+        "int8 matvec: x has {} elements, the matrix {} columns",
+        x.len(),
+        m.cols
+    );
+    assert!(
+        row0 <= m.rows && y.len() <= m.rows - row0,
+        "int8 matvec: rows {row0}..{} of {}",
+        row0 + y.len(),
+        m.rows
+    );
+}
+
+/// The float part every kernel shares.
+#[inline]
+fn finish(sum: i32, scale: f32, sx: f32) -> f32 {
+    sum as f32 * (scale * sx)
+}
+
+/// The scalar twin: the reference every SIMD kernel must equal bit for bit.
+pub fn matvec_rows_ref(m: &I8Matrix<'_>, x: &I8Vector, row0: usize, y: &mut [f32]) {
+    check(m, x, row0, y);
+    let xq = x.q();
+    for (i, yr) in y.iter_mut().enumerate() {
+        let r = row0 + i;
+        let sum: i32 = m
+            .row(r)
+            .iter()
+            .zip(xq)
+            .map(|(&w, &v)| w as i32 * v as i32)
+            .sum();
+        *yr = finish(sum, m.scales[r], x.scale);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn matvec_rows_avx2(m: &I8Matrix<'_>, x: &I8Vector, row0: usize, y: &mut [f32]) {
+    check(m, x, row0, y);
+    if m.cols < 32 {
+        return matvec_rows_ref(m, x, row0, y);
+    }
+    // SAFETY: handed out by `rows_kernel` only when the CPU supports AVX2
+    // and FMA; `check` and the `I8Matrix`/`I8Vector` invariants give what
+    // the kernel needs: cols ≥ 32 (tested above), the rows in range, the
+    // weights −127..=127, `q`/`|q|` at least `cols` long.
+    unsafe {
+        x86::rows_avx2(
+            m.q,
+            m.cols,
+            m.scales,
+            x.q_padded(),
+            x.abs(),
+            x.scale,
+            row0,
+            y,
+        )
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn matvec_rows_vnni(m: &I8Matrix<'_>, x: &I8Vector, row0: usize, y: &mut [f32]) {
+    check(m, x, row0, y);
+    if let Some(p) = &m.packed {
+        // SAFETY: handed out by `rows_kernel` only when the CPU supports
+        // the AVX-512 set (with VNNI); `pack` laid out whole blocks of 16
+        // rows × `packed_block_bytes(cols)` for every row, `check` keeps
+        // the rows in range, and the activation is zero-padded to whole
+        // 64-byte lines (≥ cols rounded up to 4).
+        return unsafe {
+            x86::rows_vnni_packed(
+                bytemuck::cast_slice(p),
+                m.cols,
+                m.scales,
+                x.q_padded(),
+                x.sum,
+                x.scale,
+                row0,
+                y,
+            )
+        };
+    }
+    // SAFETY: handed out by `rows_kernel` only when the CPU supports the
+    // AVX-512 set (with VNNI); `check` and the invariants of the types give
+    // the rows in range, one scale and row sum per row, and the offset
+    // activation padded to whole 64-byte lines.
+    unsafe {
+        x86::rows_vnni(
+            m.q,
+            m.cols,
+            m.scales,
+            &m.row_sums,
+            x.offset(),
+            x.scale,
+            row0,
+            y,
+        )
+    }
+}
+
+/// The row kernel for `isa`: its SIMD one where the CPU supports it, the
+/// scalar twin otherwise (NEON has none yet).
+pub fn rows_kernel(isa: Isa) -> RowsFn {
+    // SAFETY (of the kernels handed out below): a SIMD kernel is returned
+    // only when `isa.is_supported()` is true on this CPU, which is what the
+    // `unsafe` calls inside the wrappers rely on.
+    if !isa.is_supported() {
+        return matvec_rows_ref;
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => matvec_rows_vnni,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => matvec_rows_avx2,
+        _ => matvec_rows_ref,
+    }
+}
+
+/// Matrices with fewer multiply-adds run on the calling thread: below
+/// this, a pool run costs more than it saves.
+pub const PARALLEL_FROM: usize = 1 << 18;
+
+/// `y = m · x` with the selected kernels, rows split over the pool when the
+/// matrix is large enough ([`PARALLEL_FROM`]) and the pool has threads.
+pub fn matvec(pool: &ThreadPool, m: &I8Matrix<'_>, x: &I8Vector, y: &mut [f32]) {
+    static KERNEL: std::sync::OnceLock<RowsFn> = std::sync::OnceLock::new();
+    let kernel = *KERNEL.get_or_init(|| rows_kernel(crate::isa::selected()));
+    matvec_with(pool, kernel, m, x, y)
+}
+
+/// [`matvec`] with a given row kernel (from [`rows_kernel`]).
+pub fn matvec_with(
+    pool: &ThreadPool,
+    kernel: RowsFn,
+    m: &I8Matrix<'_>,
+    x: &I8Vector,
+    y: &mut [f32],
+) {
+    assert_eq!(
+        y.len(),
+        m.rows,
+        "int8 matvec: y has {} elements, the matrix {} rows",
+        y.len(),
+        m.rows
+    );
+    let n = pool.n_threads();
+    if n == 1 || m.rows * m.cols < PARALLEL_FROM {
+        return kernel(m, x, 0, y);
+    }
+    // A few chunks per thread (whole blocks of sixteen rows) so a thread
+    // slowed by the OS gets help; each row is computed the same way
+    // whoever takes it.
+    let chunk = m.rows.div_ceil(4 * n).next_multiple_of(PACK_ROWS);
+    pool.for_each_chunk_mut(y, chunk, |start, ys, _| kernel(m, x, start, ys));
+}

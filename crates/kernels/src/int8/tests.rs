@@ -1,0 +1,330 @@
+//! Every kernel set against the scalar twin, bit for bit, on the shapes
+//! that break SIMD code: odd row counts, columns around every vector width
+//! and the model's own (144, 396), weights at ±127 and activations at the
+//! range limits.
+
+use super::*;
+use crate::quant::testing::{extreme_rows, rng, weights};
+use rand::rngs::StdRng;
+use rand::Rng;
+
+const COLS: [usize; 17] = [
+    1, 2, 7, 16, 31, 32, 33, 63, 64, 65, 96, 127, 144, 145, 396, 1000, 1031,
+];
+const ROWS: [usize; 8] = [1, 2, 3, 5, 13, 16, 17, 70];
+
+/// Random weights in −127..=127 with the limits well represented.
+fn int8_weights(r: &mut StdRng, n: usize) -> Vec<i8> {
+    (0..n)
+        .map(|_| match r.gen_range(0..10) {
+            0 => 127,
+            1 => -127,
+            _ => r.gen_range(-127..=127),
+        })
+        .collect()
+}
+
+fn scales(r: &mut StdRng, rows: usize) -> Vec<f32> {
+    (0..rows).map(|_| r.gen_range(1e-4f32..0.05)).collect()
+}
+
+#[test]
+fn quantizer_known_values() {
+    let x = [127.0, -63.5, 2.5, -2.5, 0.49, -0.5, 0.0, 126.5];
+    for isa in Isa::supported() {
+        let mut q = [0i8; 8];
+        let s = quantize_activation_isa(isa, &x, &mut q);
+        assert_eq!(s, 1.0, "{isa:?}");
+        assert_eq!(q, [127, -64, 3, -3, 0, -1, 0, 127], "{isa:?}");
+        let mut q = [5i8; 8];
+        assert_eq!(quantize_activation_isa(isa, &[0.0; 8], &mut q), 0.0);
+        assert_eq!(q, [0; 8], "{isa:?}: all zeros");
+    }
+}
+
+#[test]
+fn quantizers_match_reference_bit_for_bit() {
+    let mut r = rng(1);
+    let mut cases: Vec<Vec<f32>> = Vec::new();
+    for n in [0, 1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 144, 145, 396, 1000] {
+        cases.push(weights(&mut r, n));
+        cases.extend(extreme_rows(n));
+    }
+    // Values that land exactly on halves after the division.
+    cases.push((0..200).map(|i| i as f32 * 0.5 - 50.0).collect());
+    cases.push(vec![1e-40, -3e-40, 2e-41]); // subnormal scale
+    for x in &cases {
+        let mut want = vec![0i8; x.len()];
+        let ws = quantize_activation_ref(x, &mut want);
+        let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert_eq!(ws, amax / 127.0);
+        assert!(want.iter().all(|&q| q != i8::MIN));
+        for (&v, &q) in x.iter().zip(&want) {
+            if ws > 0.0 && ws.is_normal() {
+                assert!((v - ws * q as f32).abs() <= 0.5001 * ws, "{v} -> {q}");
+            }
+        }
+        for isa in Isa::supported() {
+            let mut q = vec![9i8; x.len()];
+            let s = quantize_activation_isa(isa, x, &mut q);
+            assert_eq!(
+                (s.to_bits(), &q),
+                (ws.to_bits(), &want),
+                "{isa:?} n={}",
+                x.len()
+            );
+        }
+    }
+}
+
+/// A random matrix and activation, and the expected outputs (scalar twin).
+struct Case {
+    rows: usize,
+    cols: usize,
+    w: Vec<i8>,
+    s: Vec<f32>,
+    x: Vec<f32>,
+}
+
+impl Case {
+    fn random(rows: usize, cols: usize, seed: u64) -> Case {
+        let mut r = rng(seed);
+        Case {
+            rows,
+            cols,
+            w: int8_weights(&mut r, rows * cols),
+            s: scales(&mut r, rows),
+            x: weights(&mut r, cols),
+        }
+    }
+    fn matrix(&self) -> I8Matrix<'_> {
+        I8Matrix::new(self.rows, self.cols, &self.w, &self.s).unwrap()
+    }
+}
+
+#[test]
+fn kernels_match_scalar_twin_bit_for_bit() {
+    let mut xv = I8Vector::new();
+    for (ci, &cols) in COLS.iter().enumerate() {
+        for (ri, &rows) in ROWS.iter().enumerate() {
+            let case = Case::random(rows, cols, (ci * 100 + ri) as u64);
+            let m = case.matrix();
+            xv.quantize_isa(Isa::Scalar, &case.x);
+            let mut want = vec![f32::NAN; rows];
+            matvec_rows_ref(&m, &xv, 0, &mut want);
+            // The scalar twin against an f64 sum of the dequantized values:
+            // the integer sum is exact, so only the two products round.
+            for (r, &yw) in want.iter().enumerate() {
+                let exact: f64 = m
+                    .row(r)
+                    .iter()
+                    .zip(xv.q())
+                    .map(|(&a, &b)| a as f64 * b as f64)
+                    .sum::<f64>()
+                    * case.s[r] as f64
+                    * xv.scale() as f64;
+                assert!(
+                    (yw as f64 - exact).abs() <= 3e-7 * exact.abs() + 1e-30,
+                    "{rows}x{cols} row {r}: {yw} vs {exact}"
+                );
+            }
+            let (mut packed, mut rowwise) = (case.matrix(), case.matrix());
+            packed.pack();
+            rowwise.unpack();
+            for isa in Isa::supported() {
+                let kernel = rows_kernel(isa);
+                for m in [&packed, &rowwise] {
+                    let what = format!("{isa:?} {rows}x{cols} packed={}", m.is_packed());
+                    let mut y = vec![f32::NAN; rows];
+                    kernel(m, &xv, 0, &mut y);
+                    assert_eq!(bits(&y), bits(&want), "{what}");
+                    // Any row range (as the pool splits them) gives the same.
+                    for row0 in 0..rows {
+                        for end in [row0 + 1, rows] {
+                            let mut part = vec![f32::NAN; end - row0];
+                            kernel(m, &xv, row0, &mut part);
+                            assert_eq!(
+                                bits(&part),
+                                bits(&want[row0..end]),
+                                "{what} rows {row0}..{end}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn bits(y: &[f32]) -> Vec<u32> {
+    y.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn extreme_sums_are_exact() {
+    // Every product at its largest, up to the widest row allowed: the sums
+    // (and the VNNI offset sums) must not overflow.
+    for cols in [144, 1000, MAX_COLS] {
+        let rows = 3;
+        let mut w = vec![127i8; rows * cols];
+        w[cols..2 * cols].fill(-127);
+        for (i, v) in w[2 * cols..].iter_mut().enumerate() {
+            *v = if i % 2 == 0 { 127 } else { -127 };
+        }
+        let s = vec![1.0f32; rows];
+        let mut m = I8Matrix::new(rows, cols, &w, &s).unwrap();
+        let mut xv = I8Vector::new();
+        let n = cols as f32;
+        for sign in [1.0f32, -1.0] {
+            xv.quantize(&vec![127.0 * sign; cols]);
+            assert_eq!(xv.scale(), 1.0);
+            let big = 127.0 * 127.0 * n * sign;
+            let want = [big, -big, 0.0];
+            for pack in [true, false] {
+                if pack {
+                    m.pack()
+                } else {
+                    m.unpack()
+                }
+                for isa in Isa::supported() {
+                    let mut y = [0.0f32; 3];
+                    rows_kernel(isa)(&m, &xv, 0, &mut y);
+                    assert_eq!(y, want, "{isa:?} cols={cols} packed={pack}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn zero_activation_and_zero_rows() {
+    let case = Case::random(5, 145, 9);
+    let mut s = case.s.clone();
+    s[2] = 0.0;
+    let m = I8Matrix::new(5, 145, &case.w, &s).unwrap();
+    let mut xv = I8Vector::new();
+    for isa in Isa::supported() {
+        xv.quantize_isa(isa, &[0.0; 145]);
+        let mut y = [f32::NAN; 5];
+        rows_kernel(isa)(&m, &xv, 0, &mut y);
+        assert_eq!(y, [0.0; 5], "{isa:?}");
+        xv.quantize_isa(isa, &case.x);
+        rows_kernel(isa)(&m, &xv, 0, &mut y);
+        assert_eq!(y[2], 0.0, "{isa:?}: zero scale");
+    }
+}
+
+#[test]
+fn vector_is_reused_and_padding_reset() {
+    let long = Case::random(7, 1000, 3);
+    let short = Case::random(7, 144, 4);
+    let mut xv = I8Vector::with_capacity(1000);
+    let cap = xv.capacity();
+    for isa in Isa::supported() {
+        for c in [&long, &short, &long, &short] {
+            xv.quantize_isa(isa, &c.x);
+            let m = c.matrix();
+            let (mut y, mut want) = (vec![0.0; 7], vec![0.0; 7]);
+            rows_kernel(isa)(&m, &xv, 0, &mut y);
+            let mut fresh = I8Vector::new();
+            fresh.quantize_isa(Isa::Scalar, &c.x);
+            matvec_rows_ref(&m, &fresh, 0, &mut want);
+            assert_eq!(bits(&y), bits(&want), "{isa:?} cols {}", c.cols);
+        }
+    }
+    assert_eq!(xv.capacity(), cap);
+}
+
+#[test]
+fn matvec_splits_rows_over_threads_identically() {
+    // Large enough to be split (rows·cols ≥ PARALLEL_FROM), odd row count.
+    let case = Case::random(4097, 72, 11);
+    assert!(case.rows * case.cols >= PARALLEL_FROM);
+    let m = case.matrix();
+    let mut xv = I8Vector::new();
+    xv.quantize(&case.x);
+    let mut want = vec![0.0; case.rows];
+    matvec_rows_ref(&m, &xv, 0, &mut want);
+    for t in 1..=3 {
+        let pool = ThreadPool::new(t);
+        for isa in Isa::supported() {
+            let mut y = vec![f32::NAN; case.rows];
+            matvec_with(&pool, rows_kernel(isa), &m, &xv, &mut y);
+            assert_eq!(bits(&y), bits(&want), "{isa:?} threads={t}");
+        }
+        let mut y = vec![f32::NAN; case.rows];
+        matvec(&pool, &m, &xv, &mut y);
+        assert_eq!(bits(&y), bits(&want), "selected, threads={t}");
+    }
+}
+
+#[test]
+fn constructor_checks() {
+    let w = vec![1i8; 12];
+    let s = vec![0.5f32; 3];
+    assert!(I8Matrix::new(3, 4, &w, &s).is_ok());
+    assert_eq!(
+        I8Matrix::new(3, 4, &w[..11], &s).unwrap_err(),
+        I8Error::DataLength {
+            expected: 12,
+            actual: 11
+        }
+    );
+    assert_eq!(
+        I8Matrix::new(3, 4, &w, &s[..2]).unwrap_err(),
+        I8Error::ScaleLength { rows: 3, actual: 2 }
+    );
+    let mut bad = w.clone();
+    bad[6] = -128;
+    let e = I8Matrix::new(3, 4, &bad, &s).unwrap_err();
+    assert_eq!(e, I8Error::MinusOneTwentyEight { row: 1, col: 2 });
+    assert!(e.to_string().contains("-128"), "{e}");
+    let mut ns = s.clone();
+    ns[1] = f32::NAN;
+    assert!(matches!(
+        I8Matrix::new(3, 4, &w, &ns),
+        Err(I8Error::BadScale { row: 1, .. })
+    ));
+    assert!(matches!(
+        I8Matrix::new(1, MAX_COLS + 1, &[], &[]),
+        Err(I8Error::TooWide { .. })
+    ));
+    assert!(matches!(
+        I8Matrix::new(usize::MAX, 2, &[], &[]),
+        Err(I8Error::TooLarge { .. })
+    ));
+    // Empty shapes.
+    let mut m = I8Matrix::new(2, 0, &[], &s[..2]).unwrap();
+    let mut xv = I8Vector::new();
+    xv.quantize(&[]);
+    for pack in [true, false] {
+        if pack {
+            m.pack()
+        } else {
+            m.unpack()
+        }
+        for isa in Isa::supported() {
+            let mut y = [f32::NAN; 2];
+            rows_kernel(isa)(&m, &xv, 0, &mut y);
+            assert_eq!(y, [0.0; 2]);
+        }
+    }
+    let mut m = I8Matrix::new(3, 4, &w, &s).unwrap();
+    let mut row = [0.0; 4];
+    m.dequantize_row(2, &mut row);
+    assert_eq!(row, [0.5; 4]);
+    m.unpack();
+    assert_eq!(m.bytes(), 12 + 12);
+    m.pack();
+    assert_eq!(m.bytes(), 64 + 12); // one block of 16 rows × 4 columns
+}
+
+#[test]
+#[should_panic(expected = "columns")]
+fn wrong_activation_length_panics() {
+    let case = Case::random(2, 8, 1);
+    let m = case.matrix();
+    let mut xv = I8Vector::new();
+    xv.quantize(&[1.0; 7]);
+    matvec_rows_ref(&m, &xv, 0, &mut [0.0; 2]);
+}

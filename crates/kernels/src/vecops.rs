@@ -1,0 +1,677 @@
+//! Element-wise ops with a fast polynomial `exp`, and attention of several
+//! query heads sharing one small key/value head: what a small model's
+//! decode spends its time on between matvecs, where `libm`'s `expf` and
+//! `tanhf` (a call per element) and 18-wide heads would cost more than the
+//! matrices.
+//!
+//! Every op is one plain body (loops over independent lanes, reductions
+//! into 16 explicit lane accumulators) compiled three times: for AVX-512,
+//! for AVX2+FMA and for the baseline target, and picked once per process
+//! like the other kernels. Rust never contracts `a * b + c` into an FMA and
+//! the accumulation order is written out, so **all three give bit-identical
+//! results**; only their speed differs.
+//!
+//! Accuracy: [`exp`] is within 2 ulp of the true value on its range (Cephes'
+//! `expf` polynomial); `tanh`, SiLU and softmax inherit that.
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use crate::isa::Isa;
+use half::f16;
+use std::sync::OnceLock;
+
+// The constants of [`exp`] (shared with the SIMD kernels, which must
+// compute the same bits).
+const EXP_HI: f32 = 88.3;
+const EXP_LO: f32 = -87.3;
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+/// 1.5·2²³: adding it rounds to an integer kept in the low mantissa bits.
+const SHIFT: f32 = 12_582_912.0;
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+const EXP_POLY: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    0.5,
+];
+/// Bits of [`SHIFT`]: `t.to_bits() - SHIFT_BITS` is the rounded integer.
+const SHIFT_BITS: i32 = 0x4B40_0000;
+
+/// `e^x` by range reduction to `x = n·ln2 + r`, `|r| ≤ ln2/2`, and a
+/// degree-6 polynomial (Cephes `expf`). Inputs are clamped to
+/// `[-87.3, 88.3]`, so the result is always finite and positive (at least
+/// ~1e-38); NaN gives an unspecified finite value.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    let x = if x > EXP_HI { EXP_HI } else { x };
+    let x = if x < EXP_LO { EXP_LO } else { x };
+    let t = x * LOG2E + SHIFT;
+    let n = t - SHIFT;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = EXP_POLY[0];
+    for c in &EXP_POLY[1..] {
+        p = p * r + c;
+    }
+    let y = p * r * r + r + 1.0;
+    // 2ⁿ from n's bits in `t`.
+    let n_int = (t.to_bits() as i32).wrapping_sub(SHIFT_BITS);
+    y * f32::from_bits(((n_int + 127) as u32) << 23)
+}
+
+/// `x · σ(x)`.
+#[inline(always)]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + exp(-x))
+}
+
+/// `tanh(x)` as `(1 - e^(-2|x|)) / (1 + e^(-2|x|))` with the sign of `x`:
+/// absolute error below ~1e-7.
+#[inline(always)]
+pub fn tanh(x: f32) -> f32 {
+    let e = exp(-2.0 * x.abs());
+    let t = (1.0 - e) / (1.0 + e);
+    if x < 0.0 {
+        -t
+    } else {
+        t
+    }
+}
+
+const LANES: usize = 16;
+type Lanes = [f32; LANES];
+
+/// Sum of 16 lanes in a fixed pairwise tree (8 + 8, 4 + 4, ...): four
+/// vector steps, the same order on every instruction set.
+#[inline(always)]
+fn tree_sum(mut v: Lanes) -> f32 {
+    for w in [8, 4, 2, 1] {
+        for l in 0..w {
+            v[l] += v[l + w];
+        }
+    }
+    v[0]
+}
+
+/// Max of 16 lanes in the same tree.
+#[inline(always)]
+fn tree_max(mut v: Lanes) -> f32 {
+    for w in [8, 4, 2, 1] {
+        for l in 0..w {
+            v[l] = if v[l + w] > v[l] { v[l + w] } else { v[l] };
+        }
+    }
+    v[0]
+}
+
+/// Max of `x` (−∞ when empty): lane `i % 16` per element, then the tree.
+#[inline(always)]
+fn max16(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for k in 0..LANES {
+            acc[k] = if c[k] > acc[k] { c[k] } else { acc[k] };
+        }
+    }
+    for (k, &v) in rest.iter().enumerate() {
+        acc[k] = if v > acc[k] { v } else { acc[k] };
+    }
+    tree_max(acc)
+}
+
+/// Σ `x[i]`: lane `i % 16` per element, then the tree.
+#[inline(always)]
+fn sum16(x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for k in 0..LANES {
+            acc[k] += c[k];
+        }
+    }
+    for (k, &v) in rest.iter().enumerate() {
+        acc[k] += v;
+    }
+    tree_sum(acc)
+}
+
+/// 16 values of `row` from `p0` as f32, zeros past its end.
+#[inline(always)]
+fn load16<T: KvElement>(row: &[T], p0: usize) -> Lanes {
+    let mut v = [0.0; LANES];
+    match row.get(p0..p0 + LANES) {
+        Some(c) => {
+            for (o, &x) in v.iter_mut().zip(c) {
+                *o = x.widen();
+            }
+        }
+        None => {
+            for (o, &x) in v.iter_mut().zip(&row[p0.min(row.len())..]) {
+                *o = x.widen();
+            }
+        }
+    }
+    v
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::f16 {}
+}
+
+/// The element types [`attend`] reads keys and values in: f32, or f16
+/// (widened exactly as it is loaded).
+pub trait KvElement: Copy + sealed::Sealed {
+    /// Stored as IEEE half precision.
+    const HALF: bool;
+    fn widen(self) -> f32;
+}
+
+impl KvElement for f32 {
+    const HALF: bool = false;
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl KvElement for half::f16 {
+    const HALF: bool = true;
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        f16_to_f32(self.to_bits())
+    }
+}
+
+/// IEEE half → single, exact, branch-free (so loops over it vectorize;
+/// `half`'s conversion is a call per element without F16C at build time).
+/// Equals `vcvtph2ps` for every input but signalling NaNs (not quieted).
+#[inline(always)]
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h & 0x8000) as u32) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    // Normal: rebias the exponent (15 → 127); inf/NaN: all ones.
+    let normal = f32::from_bits(sign | ((exp + 112) << 23) | (man << 13));
+    let special = f32::from_bits(sign | 0x7f80_0000 | (man << 13));
+    // Zero or subnormal: man · 2⁻²⁴, exact.
+    let tiny = f32::from_bits(sign | (man as f32 * 5.960_464_5e-8).to_bits());
+    if exp == 0 {
+        tiny
+    } else if exp == 31 {
+        special
+    } else {
+        normal
+    }
+}
+
+#[inline(always)]
+fn swiglu_body(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "swiglu: gate and up lengths differ");
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = silu(*g) * u;
+    }
+}
+
+#[inline(always)]
+fn softcap_body(x: &mut [f32], cap: f32) {
+    let inv = 1.0 / cap;
+    for v in x.iter_mut() {
+        *v = cap * tanh(*v * inv);
+    }
+}
+
+#[inline(always)]
+fn softmax_body(x: &mut [f32]) {
+    if x.is_empty() {
+        return;
+    }
+    let m = max16(x);
+    for v in x.iter_mut() {
+        *v = exp(*v - m);
+    }
+    let inv = 1.0 / sum16(x);
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// Check an [`Attention`] call's shapes; returns `(n_heads, sp)`, `sp`
+/// the scores row stride (`n_pos` rounded up to 16).
+#[inline(always)]
+fn check<T: KvElement>(a: &Attention<'_, T>, scores: &[f32], out: &[f32]) -> (usize, usize) {
+    let (hd, n, stride) = (a.head_dim, a.n_pos, a.stride);
+    let nh = a.q.len() / hd.max(1);
+    assert!(
+        hd > 0 && nh > 0 && a.q.len() == nh * hd && out.len() == a.q.len(),
+        "attend: q and out must be whole heads of the same size"
+    );
+    assert!(
+        n >= 1 && n <= stride,
+        "attend: {n} positions, stride {stride}"
+    );
+    assert!(
+        a.keys.len() >= (hd - 1) * stride + n && a.values.len() >= (hd - 1) * stride + n,
+        "attend: keys/values shorter than head_dim rows of the stride"
+    );
+    let sp = scores_len(n);
+    assert!(
+        scores.len() >= nh * sp,
+        "attend: scores need n_heads × (n_pos rounded up to 16) floats"
+    );
+    (nh, sp)
+}
+
+/// `Σ_p w[p]·v[p]` over whole 16-lane chunks (lane `p % 16`), then the
+/// tree; `v` is read as zeros past its end.
+#[inline(always)]
+fn dot_padded<T: KvElement>(w: &[f32], v: &[T]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let mut p0 = 0;
+    while p0 < w.len() {
+        let (wc, vc) = (load16(w, p0), load16(v, p0));
+        for l in 0..LANES {
+            acc[l] += wc[l] * vc[l];
+        }
+        p0 += LANES;
+    }
+    tree_sum(acc)
+}
+
+/// Attention of several query heads over one key/value head, see
+/// [`attend`]: the reference for the AVX-512 kernel, which must give the
+/// same bits. Per head: scores over positions (summed over dimensions in
+/// order, positions in the vector lanes), softmax over rows padded to 16
+/// lanes (zeros past `n_pos`), then each output dimension as a dot over
+/// positions.
+#[inline(always)]
+fn attend_body<T: KvElement>(a: &Attention<'_, T>, scores: &mut [f32], out: &mut [f32]) {
+    let (nh, sp) = check(a, scores, out);
+    let (hd, n, stride) = (a.head_dim, a.n_pos, a.stride);
+    for (h, (s, oh)) in scores
+        .chunks_exact_mut(sp)
+        .zip(out.chunks_exact_mut(hd))
+        .take(nh)
+        .enumerate()
+    {
+        s.fill(0.0);
+        for i in 0..hd {
+            let qs = a.q[h * hd + i] * a.scale;
+            let k = &a.keys[i * stride..i * stride + n];
+            for (sp, &kp) in s.iter_mut().zip(k) {
+                *sp += qs * kp.widen();
+            }
+        }
+        s[n..].fill(f32::NEG_INFINITY);
+        let m = max16(s);
+        for v in s.iter_mut() {
+            *v = exp(*v - m);
+        }
+        s[n..].fill(0.0);
+        let inv = 1.0 / sum16(s);
+        for v in s.iter_mut() {
+            *v *= inv;
+        }
+        for (i, o) in oh.iter_mut().enumerate() {
+            *o = dot_padded(s, &a.values[i * stride..i * stride + n]);
+        }
+    }
+}
+
+/// Several query heads attending over the same key/value head (multi-query
+/// attention, or one group of grouped-query attention), with keys and
+/// values stored transposed: row `i` of [`Attention::keys`] holds dimension
+/// `i` of every position, so each step works on many positions at once
+/// whatever the head size. Keys and values are f32 or f16 ([`KvElement`]).
+pub struct Attention<'a, T: KvElement = f32> {
+    /// `(n_heads, head_dim)` queries.
+    pub q: &'a [f32],
+    pub head_dim: usize,
+    /// `(head_dim, stride)` keys: dimension `i` of position `p` at
+    /// `i·stride + p`.
+    pub keys: &'a [T],
+    /// `(head_dim, stride)` values, laid out as the keys.
+    pub values: &'a [T],
+    pub stride: usize,
+    /// Positions `0..n_pos` are attended to (1 ≤ n_pos ≤ stride).
+    pub n_pos: usize,
+    /// Multiplies the scores (`1/√head_dim`).
+    pub scale: f32,
+}
+
+/// The kernels of one instruction set.
+struct Table {
+    swiglu: fn(&mut [f32], &[f32]),
+    softcap: fn(&mut [f32], f32),
+    softmax: fn(&mut [f32]),
+    attend: fn(&Attention<'_>, &mut [f32], &mut [f32]),
+    attend_f16: fn(&Attention<'_, f16>, &mut [f32], &mut [f32]),
+}
+
+const SCALAR: Table = Table {
+    swiglu: swiglu_body,
+    softcap: softcap_body,
+    softmax: softmax_body,
+    attend: attend_body,
+    attend_f16: attend_body,
+};
+
+/// The bodies compiled for one x86 feature set, with safe wrappers.
+#[cfg(target_arch = "x86_64")]
+macro_rules! x86_table {
+    ($modname:ident, $features:literal, $attend:path) => {
+        mod $modname {
+            use super::*;
+
+            #[target_feature(enable = $features)]
+            fn swiglu(g: &mut [f32], u: &[f32]) {
+                swiglu_body(g, u)
+            }
+            #[target_feature(enable = $features)]
+            fn softcap(x: &mut [f32], cap: f32) {
+                softcap_body(x, cap)
+            }
+            #[target_feature(enable = $features)]
+            fn softmax(x: &mut [f32]) {
+                softmax_body(x)
+            }
+            #[target_feature(enable = $features)]
+            fn attend(a: &Attention<'_>, s: &mut [f32], o: &mut [f32]) {
+                $attend(a, s, o)
+            }
+            #[target_feature(enable = $features)]
+            fn attend_f16(a: &Attention<'_, f16>, s: &mut [f32], o: &mut [f32]) {
+                $attend(a, s, o)
+            }
+
+            // SAFETY (all of them): the table is handed out by `table(isa)`
+            // only when `isa.is_supported()` confirmed these features.
+            pub(super) const TABLE: Table = Table {
+                swiglu: |g, u| unsafe { swiglu(g, u) },
+                softcap: |x, c| unsafe { softcap(x, c) },
+                softmax: |x| unsafe { softmax(x) },
+                attend: |a, s, o| unsafe { attend(a, s, o) },
+                attend_f16: |a, s, o| unsafe { attend_f16(a, s, o) },
+            };
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+x86_table!(avx2, "avx2,fma", attend_body);
+#[cfg(target_arch = "x86_64")]
+x86_table!(
+    avx512,
+    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma",
+    x86::attend_avx512
+);
+
+fn table(isa: Isa) -> &'static Table {
+    if !isa.is_supported() {
+        return &SCALAR;
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => &avx512::TABLE,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => &avx2::TABLE,
+        _ => &SCALAR,
+    }
+}
+
+fn selected() -> &'static Table {
+    static T: OnceLock<&'static Table> = OnceLock::new();
+    T.get_or_init(|| table(crate::isa::selected()))
+}
+
+/// `gate[i] = silu(gate[i]) · up[i]`.
+pub fn swiglu(gate: &mut [f32], up: &[f32]) {
+    (selected().swiglu)(gate, up)
+}
+
+/// [`swiglu`] with the kernels for `isa` (scalar where unsupported).
+pub fn swiglu_isa(isa: Isa, gate: &mut [f32], up: &[f32]) {
+    (table(isa).swiglu)(gate, up)
+}
+
+/// `x[i] = cap · tanh(x[i] / cap)` (a logit soft cap; `cap > 0`).
+pub fn softcap(x: &mut [f32], cap: f32) {
+    (selected().softcap)(x, cap)
+}
+
+/// [`softcap`] with the kernels for `isa`.
+pub fn softcap_isa(isa: Isa, x: &mut [f32], cap: f32) {
+    (table(isa).softcap)(x, cap)
+}
+
+/// In-place softmax.
+pub fn softmax(x: &mut [f32]) {
+    (selected().softmax)(x)
+}
+
+/// [`softmax`] with the kernels for `isa`.
+pub fn softmax_isa(isa: Isa, x: &mut [f32]) {
+    (table(isa).softmax)(x)
+}
+
+/// `out[h] = softmax(scale · q[h]·K) · V` for every query head `h` of
+/// `a.q`; `scores` is a work area of at least `n_heads ×` [`scores_len`]
+/// floats, `out` is `(n_heads, head_dim)`.
+///
+/// Panics if the shapes disagree.
+pub fn attend(a: &Attention<'_>, scores: &mut [f32], out: &mut [f32]) {
+    (selected().attend)(a, scores, out)
+}
+
+/// Floats of [`attend`]'s work area per query head for `n_pos` positions.
+pub fn scores_len(n_pos: usize) -> usize {
+    n_pos.next_multiple_of(LANES)
+}
+
+/// [`attend`] with the kernels for `isa`.
+pub fn attend_isa(isa: Isa, a: &Attention<'_>, scores: &mut [f32], out: &mut [f32]) {
+    (table(isa).attend)(a, scores, out)
+}
+
+/// [`attend`] for keys and values stored as f16 (each widened exactly as
+/// it is loaded: the result equals [`attend`] on the widened rows).
+pub fn attend_f16(a: &Attention<'_, f16>, scores: &mut [f32], out: &mut [f32]) {
+    (selected().attend_f16)(a, scores, out)
+}
+
+/// [`attend_f16`] with the kernels for `isa`.
+pub fn attend_f16_isa(isa: Isa, a: &Attention<'_, f16>, scores: &mut [f32], out: &mut [f32]) {
+    (table(isa).attend_f16)(a, scores, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::testing::{rng, weights};
+    use rand::Rng;
+
+    fn bits(x: &[f32]) -> Vec<u32> {
+        x.iter().map(|v| v.to_bits()).collect()
+    }
+
+    #[test]
+    fn f16_widening_is_exact() {
+        for bits in 0..=u16::MAX {
+            let h = f16::from_bits(bits);
+            let (got, want) = (f16_to_f32(bits), h.to_f32());
+            if want.is_nan() {
+                assert!(got.is_nan(), "{bits:#06x}");
+            } else {
+                assert_eq!(got.to_bits(), want.to_bits(), "{bits:#06x}");
+            }
+        }
+    }
+
+    #[test]
+    fn exp_is_accurate() {
+        let mut worst = 0.0f64;
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let want = (x as f64).exp();
+            let err = ((exp(x) as f64 - want) / want).abs();
+            worst = worst.max(err);
+            x += 0.0137;
+        }
+        assert!(worst < 3e-7, "worst relative error {worst}");
+        assert_eq!(exp(0.0), 1.0);
+        assert!(exp(-1000.0) > 0.0 && exp(-1000.0) < 1e-37);
+        assert!(exp(1000.0).is_finite());
+        for x in [-3.0f32, -0.5, 0.0, 0.25, 2.0, 9.0, 40.0] {
+            let t = (x as f64).tanh();
+            assert!((tanh(x) as f64 - t).abs() < 2e-7, "tanh({x})");
+            assert!((tanh(-x) as f64 + t).abs() < 2e-7, "tanh(-{x})");
+            let s = x as f64 / (1.0 + (-x as f64).exp());
+            assert!(
+                (silu(x) as f64 - s).abs() < 1e-6 * (1.0 + s.abs()),
+                "silu({x})"
+            );
+        }
+    }
+
+    #[test]
+    fn ops_match_f64_and_agree_across_isas() {
+        for n in [1, 2, 15, 16, 17, 33, 144, 396, 1001] {
+            let mut r = rng(n as u64);
+            let g: Vec<f32> = weights(&mut r, n).iter().map(|v| v * 4.0).collect();
+            let u = weights(&mut r, n);
+            let mut want_sw = g.clone();
+            swiglu_isa(Isa::Scalar, &mut want_sw, &u);
+            let mut want_cap: Vec<f32> = g.iter().map(|v| v * 20.0).collect();
+            let cap_in = want_cap.clone();
+            softcap_isa(Isa::Scalar, &mut want_cap, 30.0);
+            let mut want_sm = g.clone();
+            softmax_isa(Isa::Scalar, &mut want_sm);
+            let z: f64 = g.iter().map(|&v| (v as f64).exp()).sum();
+            for i in 0..n {
+                let (x, y) = (g[i] as f64, u[i] as f64);
+                let sw = x / (1.0 + (-x).exp()) * y;
+                assert!((want_sw[i] as f64 - sw).abs() <= 1e-6 * (1.0 + sw.abs()));
+                let c = 30.0 * (cap_in[i] as f64 / 30.0).tanh();
+                assert!(
+                    (want_cap[i] as f64 - c).abs() <= 1e-5,
+                    "{} vs {c}",
+                    want_cap[i]
+                );
+                let sm = x.exp() / z;
+                assert!((want_sm[i] as f64 - sm).abs() <= 1e-6 * sm + 1e-9);
+            }
+            for isa in Isa::supported() {
+                let mut sw = g.clone();
+                swiglu_isa(isa, &mut sw, &u);
+                assert_eq!(bits(&sw), bits(&want_sw), "{isa:?} swiglu n={n}");
+                let mut c = cap_in.clone();
+                softcap_isa(isa, &mut c, 30.0);
+                assert_eq!(bits(&c), bits(&want_cap), "{isa:?} softcap n={n}");
+                let mut sm = g.clone();
+                softmax_isa(isa, &mut sm);
+                assert_eq!(bits(&sm), bits(&want_sm), "{isa:?} softmax n={n}");
+            }
+        }
+    }
+
+    /// Attention against a plain f64 computation, and identical across
+    /// kernel sets, for head sizes and position counts around the lanes.
+    #[test]
+    fn attention_matches_reference() {
+        for (hd, nh, n_pos, stride) in [
+            (18, 8, 1, 1),
+            (18, 8, 17, 40),
+            (6, 4, 33, 33),
+            (18, 8, 1000, 1024),
+            (1, 1, 5, 5),
+        ] {
+            let mut r = rng((hd * 1000 + n_pos) as u64);
+            let q = weights(&mut r, nh * hd);
+            let keys: Vec<f32> = (0..hd * stride).map(|_| r.gen_range(-2.0..2.0)).collect();
+            let values: Vec<f32> = (0..hd * stride).map(|_| r.gen_range(-2.0..2.0)).collect();
+            let a = Attention {
+                q: &q,
+                head_dim: hd,
+                keys: &keys,
+                values: &values,
+                stride,
+                n_pos,
+                scale: 1.0 / (hd as f32).sqrt(),
+            };
+            let mut scores = vec![f32::NAN; nh * scores_len(n_pos)];
+            let mut want = vec![f32::NAN; nh * hd];
+            attend_isa(Isa::Scalar, &a, &mut scores, &mut want);
+            for h in 0..nh {
+                let s: Vec<f64> = (0..n_pos)
+                    .map(|p| {
+                        (0..hd)
+                            .map(|i| q[h * hd + i] as f64 * keys[i * stride + p] as f64)
+                            .sum::<f64>()
+                            / (hd as f64).sqrt()
+                    })
+                    .collect();
+                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for i in 0..hd {
+                    let o: f64 = (0..n_pos)
+                        .map(|p| e[p] * values[i * stride + p] as f64)
+                        .sum::<f64>()
+                        / z;
+                    let got = want[h * hd + i] as f64;
+                    assert!(
+                        (got - o).abs() < 2e-5,
+                        "hd {hd} n {n_pos} head {h} dim {i}: {got} vs {o}"
+                    );
+                }
+            }
+            for isa in Isa::supported() {
+                let mut out = vec![f32::NAN; nh * hd];
+                attend_isa(isa, &a, &mut scores, &mut out);
+                assert_eq!(bits(&out), bits(&want), "{isa:?} hd {hd} n {n_pos}");
+            }
+            let mut out = vec![f32::NAN; nh * hd];
+            attend(&a, &mut scores, &mut out);
+            assert_eq!(bits(&out), bits(&want));
+
+            // f16 keys and values: the same bits as f32 rows holding the
+            // widened values.
+            let (k16, v16): (Vec<f16>, Vec<f16>) = (
+                keys.iter().map(|&x| f16::from_f32(x)).collect(),
+                values.iter().map(|&x| f16::from_f32(x)).collect(),
+            );
+            let (kw, vw): (Vec<f32>, Vec<f32>) = (
+                k16.iter().map(|x| x.to_f32()).collect(),
+                v16.iter().map(|x| x.to_f32()).collect(),
+            );
+            let wide = Attention {
+                keys: &kw,
+                values: &vw,
+                ..a
+            };
+            let mut want16 = vec![f32::NAN; nh * hd];
+            attend_isa(Isa::Scalar, &wide, &mut scores, &mut want16);
+            let half_a = Attention {
+                q: &q,
+                head_dim: hd,
+                keys: &k16,
+                values: &v16,
+                stride,
+                n_pos,
+                scale: a.scale,
+            };
+            for isa in Isa::supported() {
+                let mut out = vec![f32::NAN; nh * hd];
+                attend_f16_isa(isa, &half_a, &mut scores, &mut out);
+                assert_eq!(bits(&out), bits(&want16), "{isa:?} f16 hd {hd} n {n_pos}");
+            }
+        }
+    }
+}

@@ -1,18 +1,22 @@
 //! Hyper-parameters from GGUF metadata (`{arch}.*` keys, as llama.cpp's
-//! `llm_load_hparams` reads them).
+//! `llm_load_hparams` reads them). The `cachefit` architecture's keys are
+//! read in [`crate::cachefit`].
 
+use crate::cachefit::CachefitConfig;
 use crate::Error;
 use gguf::Metadata;
 use kernels::ops::{RopeLayout, RopeParams};
 
 /// Architectures [`ModelConfig::from_gguf`] accepts.
-pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3"];
+pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "cachefit"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
     Llama,
     Qwen2,
     Qwen3,
+    /// The cache-fit models of issue 5 (docs/CACHEFIT-FORMAT.md).
+    Cachefit,
 }
 
 impl Arch {
@@ -21,6 +25,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Cachefit => "cachefit",
         }
     }
 }
@@ -47,6 +52,9 @@ pub struct ModelConfig {
     pub qkv_bias: bool,
     /// Per-head RMSNorm of q and k before RoPE (qwen3).
     pub qk_norm: bool,
+    /// Blocks, convolution and soft cap of a `cachefit` model (`None` for
+    /// the llama family).
+    pub cachefit: Option<CachefitConfig>,
 }
 
 impl ModelConfig {
@@ -58,6 +66,7 @@ impl ModelConfig {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
+            "cachefit" => return crate::cachefit::config::from_gguf(md),
             other => {
                 return Err(Error::UnsupportedArch {
                     arch: other.to_string(),
@@ -169,11 +178,12 @@ impl ModelConfig {
                 // NEOX for the qwen family.
                 layout: match arch {
                     Arch::Llama => RopeLayout::Normal,
-                    Arch::Qwen2 | Arch::Qwen3 => RopeLayout::NeoX,
+                    Arch::Qwen2 | Arch::Qwen3 | Arch::Cachefit => RopeLayout::NeoX,
                 },
             },
             qkv_bias: arch == Arch::Qwen2,
             qk_norm: arch == Arch::Qwen3,
+            cachefit: None,
         })
     }
 

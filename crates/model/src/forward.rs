@@ -26,10 +26,17 @@
 //! so a prompt evaluated in one batch gives bit-identical logits to one
 //! token at a time. All buffers are allocated in [`State::new`]; a call
 //! allocates nothing.
+//!
+//! [`State`] and the public `forward*` functions serve every architecture:
+//! a `State` wraps the state of the architecture its weights belong to, and
+//! [`forward_tokens`] dispatches on the [`Weights`] variant, to the llama
+//! pass below or to [`crate::cachefit`]'s. The batch checks (token, sequence
+//! and position ranges, logit rows) are shared, so both fail the same way.
 
+use crate::cachefit::CachefitState;
 use crate::config::ModelConfig;
 use crate::kv_cache::{KvCache, KvType};
-use crate::weights::Weights;
+use crate::weights::{LlamaWeights, Weights};
 use crate::Error;
 use kernels::matmul::{matmul, MatmulScratch};
 use kernels::matvec::QMatrix;
@@ -76,7 +83,7 @@ impl StateOptions {
     }
 
     /// Rows of logits a call can return.
-    fn logit_rows(&self) -> usize {
+    pub(crate) fn logit_rows(&self) -> usize {
         if self.all_logits {
             self.n_batch.max(1)
         } else {
@@ -106,9 +113,91 @@ pub enum Logits {
     All,
 }
 
-/// Activations, KV cache and scratch for one sequence of up to `n_ctx`
-/// tokens, evaluated in batches of up to `n_batch`.
+/// Activations, caches and scratch for up to `n_seq` sequences of up to
+/// `n_ctx` tokens each, evaluated in batches of up to `n_batch`, for the
+/// architecture of the weights it was made for.
 pub struct State {
+    inner: StateKind,
+}
+
+enum StateKind {
+    Llama(Box<LlamaState>),
+    Cachefit(Box<CachefitState>),
+}
+
+/// Forward a call to the architecture's state.
+macro_rules! each {
+    ($s:expr, $st:ident => $e:expr) => {
+        match $s {
+            StateKind::Llama($st) => $e,
+            StateKind::Cachefit($st) => $e,
+        }
+    };
+}
+
+impl State {
+    /// An f16 cache of `n_ctx` positions, batches of [`DEFAULT_BATCH`].
+    ///
+    /// Panics only if the f16 cache cannot be laid out, which it always can.
+    pub fn new(cfg: &ModelConfig, weights: &Weights<'_>, n_ctx: usize) -> State {
+        State::with_options(cfg, weights, &StateOptions::new(n_ctx))
+            .expect("an f16 cache fits any head size")
+    }
+
+    /// Allocate everything (and size the scratch for these weights, so the
+    /// first call allocates nothing either). Errors if the cache type cannot
+    /// store this model's heads.
+    pub fn with_options(
+        cfg: &ModelConfig,
+        weights: &Weights<'_>,
+        o: &StateOptions,
+    ) -> Result<State, Error> {
+        let inner = match weights {
+            Weights::Llama(w) => StateKind::Llama(Box::new(LlamaState::with_options(cfg, w, o)?)),
+            Weights::Cachefit(w) => {
+                StateKind::Cachefit(Box::new(CachefitState::with_options(cfg, w, o)?))
+            }
+        };
+        Ok(State { inner })
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        each!(&self.inner, s => s.n_ctx())
+    }
+
+    pub fn n_batch(&self) -> usize {
+        each!(&self.inner, s => s.n_batch())
+    }
+
+    pub fn n_seq(&self) -> usize {
+        each!(&self.inner, s => s.n_seq())
+    }
+
+    pub fn kv_type(&self) -> KvType {
+        each!(&self.inner, s => s.kv_type())
+    }
+
+    /// Bytes of the per-sequence caches (KV, and a cachefit model's
+    /// convolution inputs).
+    pub fn kv_bytes(&self) -> usize {
+        each!(&self.inner, s => s.kv_bytes())
+    }
+
+    /// The logits of the last call: `(vocab,)` after [`Logits::Last`],
+    /// `(n, vocab)` after [`Logits::All`], one row per token that asked
+    /// after [`forward_tokens`].
+    pub fn logits(&self) -> &[f32] {
+        each!(&self.inner, s => s.logits())
+    }
+
+    /// The same, for samplers that modify them in place.
+    pub fn logits_mut(&mut self) -> &mut [f32] {
+        each!(&mut self.inner, s => s.logits_mut())
+    }
+}
+
+/// Activations, KV cache and scratch of the llama family.
+pub(crate) struct LlamaState {
     n_ctx: usize,
     n_batch: usize,
     x: Vec<f32>,          // (n_batch, dim) residual stream
@@ -132,29 +221,18 @@ pub struct State {
     scratch: MatmulScratch,
 }
 
-impl State {
-    /// An f16 cache of `n_ctx` positions, batches of [`DEFAULT_BATCH`].
-    ///
-    /// Panics only if the f16 cache cannot be laid out, which it always can.
-    pub fn new(cfg: &ModelConfig, weights: &Weights<'_>, n_ctx: usize) -> State {
-        State::with_options(cfg, weights, &StateOptions::new(n_ctx))
-            .expect("an f16 cache fits any head size")
-    }
-
-    /// Allocate everything (and size the matmul scratch for these weights,
-    /// so the first call allocates nothing either). Errors if the cache
-    /// type cannot store this model's heads.
-    pub fn with_options(
+impl LlamaState {
+    fn with_options(
         cfg: &ModelConfig,
-        weights: &Weights<'_>,
+        weights: &LlamaWeights<'_>,
         o: &StateOptions,
-    ) -> Result<State, Error> {
+    ) -> Result<LlamaState, Error> {
         let (n_ctx, nb) = (o.n_ctx, o.n_batch.max(1));
         let caches = (0..o.n_seq.max(1))
             .map(|_| KvCache::new(o.kv_type, cfg.n_layers, n_ctx, cfg.n_kv_heads, cfg.head_dim))
             .collect::<Result<Vec<_>, _>>()?;
         let logit_rows = o.logit_rows();
-        let mut s = State {
+        let mut s = LlamaState {
             n_ctx,
             n_batch: nb,
             x: vec![0.0; nb * cfg.dim],
@@ -208,19 +286,14 @@ impl State {
         self.caches[0].ty()
     }
 
-    /// Bytes of the KV caches.
     pub fn kv_bytes(&self) -> usize {
         self.caches.iter().map(KvCache::bytes).sum()
     }
 
-    /// The logits of the last call: `(vocab,)` after [`Logits::Last`],
-    /// `(n, vocab)` after [`Logits::All`], one row per token that asked
-    /// after [`forward_tokens`].
     pub fn logits(&self) -> &[f32] {
         &self.logits[..self.n_logits]
     }
 
-    /// The same, for samplers that modify them in place.
     pub fn logits_mut(&mut self) -> &mut [f32] {
         &mut self.logits[..self.n_logits]
     }
@@ -294,11 +367,77 @@ pub fn forward_tokens<'s>(
     forward_with(cfg, w, s, pool, tokens.len(), &|i| tokens[i])
 }
 
-/// The forward pass over `n` tokens described by `token(i)`.
+/// The forward pass over `n` tokens described by `token(i)`, for the
+/// weights' architecture.
 fn forward_with<'s>(
     cfg: &ModelConfig,
     w: &Weights<'_>,
     s: &'s mut State,
+    pool: &ThreadPool,
+    n: usize,
+    token: &(dyn Fn(usize) -> Token + Sync),
+) -> &'s [f32] {
+    match (w, &mut s.inner) {
+        (Weights::Llama(w), StateKind::Llama(s)) => llama_forward(cfg, w, s, pool, n, token),
+        (Weights::Cachefit(w), StateKind::Cachefit(s)) => {
+            crate::cachefit::forward(cfg, w, s, pool, n, token)
+        }
+        _ => panic!("the state was made for weights of another architecture"),
+    }
+}
+
+/// Check a batch of `n` tokens against a state's limits and collect into
+/// `rows` the tokens whose logits are asked for. Panics (callers check
+/// first) on an empty or oversized batch, a token outside the vocabulary,
+/// a sequence or position out of range, or more logit rows than the state
+/// keeps.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_batch(
+    cfg: &ModelConfig,
+    n: usize,
+    n_batch: usize,
+    n_seq: usize,
+    n_ctx: usize,
+    logit_floats: usize,
+    token: &dyn Fn(usize) -> Token,
+    rows: &mut Vec<usize>,
+) {
+    assert!(
+        n >= 1 && n <= n_batch,
+        "batch of {n} tokens, the state takes 1..={n_batch}"
+    );
+    rows.clear();
+    for i in 0..n {
+        let t = token(i);
+        assert!(
+            (t.id as usize) < cfg.vocab_size,
+            "token {} outside the vocabulary of {}",
+            t.id,
+            cfg.vocab_size
+        );
+        assert!(t.seq < n_seq, "sequence {} of {n_seq}", t.seq);
+        assert!(
+            t.pos < n_ctx,
+            "position {} outside the context of {n_ctx}",
+            t.pos
+        );
+        if t.logits {
+            rows.push(i);
+        }
+    }
+    assert!(
+        rows.len() * cfg.vocab_size <= logit_floats,
+        "{} rows of logits asked of a state that keeps {} (all_logits / n_seq)",
+        rows.len(),
+        logit_floats / cfg.vocab_size.max(1)
+    );
+}
+
+/// The llama family's forward pass.
+fn llama_forward<'s>(
+    cfg: &ModelConfig,
+    w: &LlamaWeights<'_>,
+    s: &'s mut LlamaState,
     pool: &ThreadPool,
     n: usize,
     token: &(dyn Fn(usize) -> Token + Sync),
@@ -312,44 +451,17 @@ fn forward_with<'s>(
     );
     let group = cfg.n_heads / cfg.n_kv_heads;
     let half = cfg.rope.n_rot / 2;
-    assert!(
-        n >= 1 && n <= s.n_batch,
-        "batch of {n} tokens, the state takes 1..={}",
-        s.n_batch
+    check_batch(
+        cfg,
+        n,
+        s.n_batch,
+        s.caches.len(),
+        s.n_ctx,
+        s.logits.len(),
+        token,
+        &mut s.rows,
     );
-    s.rows.clear();
-    let mut max_pos = 0;
-    for i in 0..n {
-        let t = token(i);
-        assert!(
-            (t.id as usize) < cfg.vocab_size,
-            "token {} outside the vocabulary of {}",
-            t.id,
-            cfg.vocab_size
-        );
-        assert!(
-            t.seq < s.caches.len(),
-            "sequence {} of {}",
-            t.seq,
-            s.caches.len()
-        );
-        assert!(
-            t.pos < s.n_ctx,
-            "position {} outside the context of {}",
-            t.pos,
-            s.n_ctx
-        );
-        max_pos = max_pos.max(t.pos);
-        if t.logits {
-            s.rows.push(i);
-        }
-    }
     let n_out = s.rows.len();
-    assert!(
-        n_out * cfg.vocab_size <= s.logits.len(),
-        "{n_out} rows of logits asked of a state that keeps {} (all_logits / n_seq)",
-        s.logits.len() / cfg.vocab_size.max(1)
-    );
 
     let x = &mut s.x[..n * dim];
     let xb = &mut s.xb[..n * dim];

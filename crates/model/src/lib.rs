@@ -5,10 +5,14 @@
 //! Supported architectures: `llama` (Llama 2/3, TinyLlama, Mistral,
 //! SmolLM2), `qwen2` (q/k/v biases) and `qwen3` (per-head q/k RMSNorm).
 //! They differ in a few flags on [`ModelConfig`], not in separate code paths.
+//! The `cachefit` architecture (convolution and attention blocks, int8
+//! weights) has its own weights, state and pass in [`cachefit`], reached
+//! through the same [`Weights`], [`State`] and forward functions.
 //!
 //! One forward pass serves prefill (a batch of tokens) and decode (one);
 //! see [`forward_batch`].
 
+pub mod cachefit;
 mod config;
 mod error;
 mod forward;
@@ -23,4 +27,4 @@ pub use forward::{
 };
 pub use kv_cache::{KvCache, KvType};
 pub use memory::{mem_available, MemoryEstimate};
-pub use weights::{LayerWeights, Weights};
+pub use weights::{LayerWeights, LlamaWeights, Weights};

@@ -1,6 +1,7 @@
 //! How much memory a model needs before we allocate it, against what the
 //! OS says is available.
 
+use crate::cachefit::CachefitConfig;
 use crate::config::ModelConfig;
 use crate::forward::StateOptions;
 use crate::kv_cache::KvCache;
@@ -25,6 +26,9 @@ impl MemoryEstimate {
     /// For a [`crate::State`] made with `o` (an unusable cache type counts
     /// as f16 here; making the state reports it).
     pub fn for_state(cfg: &ModelConfig, weights_bytes: u64, o: &StateOptions) -> MemoryEstimate {
+        if let Some(cf) = &cfg.cachefit {
+            return Self::for_cachefit(cfg, cf, weights_bytes, o);
+        }
         let (n_ctx, nb) = (o.n_ctx, o.n_batch.max(1));
         let kv = |ty| KvCache::bytes_for(ty, cfg.n_layers, n_ctx, cfg.n_kv_heads, cfg.head_dim);
         let kv_cache = kv(o.kv_type)
@@ -54,6 +58,42 @@ impl MemoryEstimate {
             weights: weights_bytes,
             kv_cache,
             scratch,
+        }
+    }
+
+    /// A `cachefit` state: keys and values of the attention blocks (f16
+    /// unless f32 is asked for), every position's input of the convolution
+    /// blocks (f32), per sequence; activations, RoPE table and logits.
+    fn for_cachefit(
+        cfg: &ModelConfig,
+        cf: &CachefitConfig,
+        weights_bytes: u64,
+        o: &StateOptions,
+    ) -> MemoryEstimate {
+        let (n_ctx, nb) = (o.n_ctx as u64, o.n_batch.max(1) as u64);
+        let elem = if o.kv_type == crate::KvType::F32 {
+            4
+        } else {
+            2
+        };
+        let kv_dim = cfg.kv_dim() as u64;
+        let per_seq = cf.n_attn() as u64 * 2 * kv_dim * n_ctx * elem
+            + cf.n_conv() as u64 * n_ctx * cfg.dim as u64 * 4;
+        let wide = cfg.dim.max(cfg.ffn_dim).max(cfg.q_dim()) as u64;
+        let per_token =
+            3 * cfg.dim as u64 + 2 * wide + (cfg.q_dim() as u64 + 2 * kv_dim) + cfg.q_dim() as u64;
+        let logit_rows = if o.all_logits {
+            nb
+        } else {
+            (o.n_seq as u64).clamp(1, nb)
+        };
+        let floats = nb * per_token
+            + n_ctx * (1 + 2 * kv_dim + cfg.head_dim as u64)
+            + logit_rows * cfg.vocab_size as u64;
+        MemoryEstimate {
+            weights: weights_bytes,
+            kv_cache: per_seq * o.n_seq.max(1) as u64,
+            scratch: floats * 4 + 3 * wide + 64 * 3 + 4 * wide,
         }
     }
 

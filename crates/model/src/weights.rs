@@ -2,8 +2,14 @@
 //! file's bytes (no copy), norm weights and biases `f32` slices (borrowed
 //! when stored as F32, dequantized once otherwise). Every shape is checked
 //! here, so the forward pass can index without surprises.
+//!
+//! [`Weights`] is one enum over the architectures' own weight structs: the
+//! llama family ([`LlamaWeights`]) and `cachefit`
+//! ([`crate::cachefit::CachefitWeights`]). Callers hold a `Weights` and pass
+//! it to the forward functions, which dispatch on it.
 
-use crate::config::ModelConfig;
+use crate::cachefit::CachefitWeights;
+use crate::config::{Arch, ModelConfig};
 use crate::Error;
 use gguf::{GgmlType, GgufFile};
 use kernels::matvec::QMatrix;
@@ -26,7 +32,50 @@ pub struct LayerWeights<'a> {
     pub w_down: QMatrix<'a>,            // (dim, ffn_dim)
 }
 
-pub struct Weights<'a> {
+/// The weights of any supported architecture.
+pub enum Weights<'a> {
+    /// llama, qwen2, qwen3.
+    Llama(LlamaWeights<'a>),
+    Cachefit(CachefitWeights<'a>),
+}
+
+impl<'a> Weights<'a> {
+    /// Bind the tensors `cfg.arch` needs, checking every shape.
+    pub fn from_gguf(file: &'a GgufFile, cfg: &ModelConfig) -> Result<Weights<'a>, Error> {
+        Ok(match cfg.arch {
+            Arch::Cachefit => Weights::Cachefit(CachefitWeights::from_gguf(file, cfg)?),
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+                Weights::Llama(LlamaWeights::from_gguf(file, cfg)?)
+            }
+        })
+    }
+
+    /// Bytes of weight data the forward pass reads per token (every matrix
+    /// once, the embedding row aside).
+    pub fn bytes_per_token(&self) -> usize {
+        match self {
+            Weights::Llama(w) => w.bytes_per_token(),
+            Weights::Cachefit(w) => w.bytes_per_token(),
+        }
+    }
+
+    pub fn as_llama(&self) -> Option<&LlamaWeights<'a>> {
+        match self {
+            Weights::Llama(w) => Some(w),
+            Weights::Cachefit(_) => None,
+        }
+    }
+
+    pub fn as_cachefit(&self) -> Option<&CachefitWeights<'a>> {
+        match self {
+            Weights::Cachefit(w) => Some(w),
+            Weights::Llama(_) => None,
+        }
+    }
+}
+
+/// The llama family's tensors.
+pub struct LlamaWeights<'a> {
     pub token_embd: QMatrix<'a>, // (vocab, dim)
     pub layers: Vec<LayerWeights<'a>>,
     pub output_norm: Cow<'a, [f32]>, // (dim,)
@@ -37,8 +86,8 @@ pub struct Weights<'a> {
     pub rope_freqs: Option<Cow<'a, [f32]>>,
 }
 
-impl<'a> Weights<'a> {
-    pub fn from_gguf(file: &'a GgufFile, cfg: &ModelConfig) -> Result<Weights<'a>, Error> {
+impl<'a> LlamaWeights<'a> {
+    pub fn from_gguf(file: &'a GgufFile, cfg: &ModelConfig) -> Result<LlamaWeights<'a>, Error> {
         let b = Binder { file };
         let (dim, q, kv, ff, v) = (
             cfg.dim,
@@ -83,7 +132,7 @@ impl<'a> Weights<'a> {
             Some(_) => Some(b.vector("rope_freqs.weight", cfg.rope.n_rot / 2)?),
             None => None,
         };
-        Ok(Weights {
+        Ok(LlamaWeights {
             token_embd,
             layers,
             output_norm: b.vector("output_norm.weight", dim)?,
@@ -106,12 +155,13 @@ impl<'a> Weights<'a> {
     }
 }
 
-struct Binder<'a> {
-    file: &'a GgufFile,
+/// Looks tensors up by name and checks them, with errors naming the tensor.
+pub(crate) struct Binder<'a> {
+    pub(crate) file: &'a GgufFile,
 }
 
 impl<'a> Binder<'a> {
-    fn tensor(&self, name: &str) -> Result<(&'a gguf::TensorInfo, &'a [u8]), Error> {
+    pub(crate) fn tensor(&self, name: &str) -> Result<(&'a gguf::TensorInfo, &'a [u8]), Error> {
         self.file.tensor(name).map_err(|_| Error::Tensor {
             name: name.to_string(),
             problem: "missing from the file".into(),
@@ -119,7 +169,12 @@ impl<'a> Binder<'a> {
     }
 
     /// A `rows × cols` matrix (ggml dims `[cols, rows]`).
-    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<QMatrix<'a>, Error> {
+    pub(crate) fn matrix(
+        &self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<QMatrix<'a>, Error> {
         let (info, data) = self.tensor(name)?;
         let bad = |problem: String| Error::Tensor {
             name: name.to_string(),
@@ -135,7 +190,7 @@ impl<'a> Binder<'a> {
     }
 
     /// A vector of `len` elements as f32: borrowed if stored as F32.
-    fn vector(&self, name: &str, len: usize) -> Result<Cow<'a, [f32]>, Error> {
+    pub(crate) fn vector(&self, name: &str, len: usize) -> Result<Cow<'a, [f32]>, Error> {
         let (info, data) = self.tensor(name)?;
         let bad = |problem: String| Error::Tensor {
             name: name.to_string(),

@@ -36,6 +36,7 @@ fn config_and_weights_bind() {
     assert_eq!((cfg.n_layers, cfg.dim, cfg.n_kv_heads), (30, 576, 3));
     assert_eq!(cfg.vocab_size, 49152);
     let w = Weights::from_gguf(&file, &cfg).unwrap();
+    let w = w.as_llama().expect("a llama model");
     assert!(w.tied_output, "SmolLM2 ties output to token_embd");
     assert_eq!(w.layers.len(), 30);
     // Zero-copy: the matrices point into the file's mapping.

@@ -259,7 +259,7 @@ fn each_arch_matches_naive_reference() {
         let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
         assert_eq!(cfg.head_dim, head_dim);
         let w = Weights::from_gguf(&file, &cfg).unwrap();
-        assert_eq!(w.tied_output, arch != "llama");
+        assert_eq!(w.as_llama().unwrap().tied_output, arch != "llama");
         let tokens = [3u32, 17, 42, 0, 49, 8, 8, 21];
         let want = tiny.reference(&tokens);
         let mut results = Vec::new();

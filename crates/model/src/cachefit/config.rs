@@ -1,0 +1,157 @@
+//! The `cachefit.*` metadata keys (docs/CACHEFIT-FORMAT.md, "Metadata").
+
+use crate::config::{Arch, ModelConfig};
+use crate::Error;
+use gguf::Metadata;
+use kernels::ops::{RopeLayout, RopeParams};
+
+/// One block of the network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockKind {
+    /// Gated short causal convolution (`C`).
+    Conv,
+    /// Attention (`A`).
+    Attn,
+}
+
+/// What the `cachefit` architecture adds to [`ModelConfig`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct CachefitConfig {
+    /// The blocks in order (`block_pattern`).
+    pub blocks: Vec<BlockKind>,
+    /// Taps of each convolution, `K` (`conv.kernel_length`).
+    pub conv_kernel: usize,
+    /// Logit soft cap, 0 for none (`final_logit_softcapping`).
+    pub softcap: f32,
+}
+
+impl CachefitConfig {
+    /// The pattern as stored, e.g. `CCACCA`.
+    pub fn pattern(&self) -> String {
+        self.blocks
+            .iter()
+            .map(|b| match b {
+                BlockKind::Conv => 'C',
+                BlockKind::Attn => 'A',
+            })
+            .collect()
+    }
+
+    pub fn n_conv(&self) -> usize {
+        self.blocks
+            .iter()
+            .filter(|&&b| b == BlockKind::Conv)
+            .count()
+    }
+
+    pub fn n_attn(&self) -> usize {
+        self.blocks
+            .iter()
+            .filter(|&&b| b == BlockKind::Attn)
+            .count()
+    }
+}
+
+/// Read a `cachefit` model's config. The llama-style fields of
+/// [`ModelConfig`] get their natural meaning (`n_layers` = blocks, RoPE
+/// NeoX over the whole head); the rest is in [`ModelConfig::cachefit`].
+pub(crate) fn from_gguf(md: &Metadata) -> Result<ModelConfig, Error> {
+    let key = |k: &str| format!("cachefit.{k}");
+    let bad = |k: &str, problem: String| Error::BadValue {
+        key: key(k),
+        problem,
+    };
+    let positive = |k: &str| -> Result<usize, Error> {
+        match md.get_u64(&key(k))? as usize {
+            0 => Err(bad(k, "must be positive".into())),
+            v => Ok(v),
+        }
+    };
+
+    let pattern = md.get_str(&key("block_pattern"))?;
+    if pattern.is_empty() {
+        return Err(bad("block_pattern", "is empty".into()));
+    }
+    let blocks = pattern
+        .chars()
+        .map(|c| match c {
+            'C' | 'c' => Ok(BlockKind::Conv),
+            'A' | 'a' => Ok(BlockKind::Attn),
+            other => Err(bad(
+                "block_pattern",
+                format!("{pattern:?}: {other:?} is neither C (conv) nor A (attention)"),
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let n_layers = positive("block_count")?;
+    if n_layers != blocks.len() {
+        return Err(bad(
+            "block_count",
+            format!(
+                "{n_layers} differs from the {} blocks of block_pattern {pattern:?}",
+                blocks.len()
+            ),
+        ));
+    }
+    let dim = positive("embedding_length")?;
+    let ffn_dim = positive("feed_forward_length")?;
+    let n_heads = positive("attention.head_count")?;
+    let n_kv_heads = positive("attention.head_count_kv")?;
+    if !n_heads.is_multiple_of(n_kv_heads) {
+        return Err(bad(
+            "attention.head_count_kv",
+            format!("{n_kv_heads} does not divide head_count {n_heads}"),
+        ));
+    }
+    let head_dim = positive("attention.key_length")?;
+    if !head_dim.is_multiple_of(2) {
+        return Err(bad(
+            "attention.key_length",
+            format!("{head_dim} must be even (RoPE rotates pairs)"),
+        ));
+    }
+    let context_length = positive("context_length")?;
+    let norm_eps = md.get_f32(&key("attention.layer_norm_rms_epsilon"))?;
+    let freq_base = md
+        .opt(&key("rope.freq_base"), Metadata::get_f32)?
+        .unwrap_or(10000.0);
+    let conv_kernel = positive("conv.kernel_length")?;
+    let softcap = md
+        .opt(&key("final_logit_softcapping"), Metadata::get_f32)?
+        .unwrap_or(0.0);
+    if !(softcap >= 0.0 && softcap.is_finite()) {
+        return Err(bad(
+            "final_logit_softcapping",
+            format!("{softcap} must be finite and at least 0"),
+        ));
+    }
+    let vocab_size = match md.opt(&key("vocab_size"), Metadata::get_u64)? {
+        Some(v) => v as usize,
+        None => md.get_array("tokenizer.ggml.tokens")?.1.len(),
+    };
+    Ok(ModelConfig {
+        arch: Arch::Cachefit,
+        n_layers,
+        dim,
+        ffn_dim,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        vocab_size,
+        context_length,
+        norm_eps,
+        rope: RopeParams {
+            n_rot: head_dim,
+            freq_base,
+            freq_scale: 1.0,
+            layout: RopeLayout::NeoX,
+        },
+        qkv_bias: false,
+        qk_norm: false,
+        cachefit: Some(CachefitConfig {
+            blocks,
+            conv_kernel,
+            softcap,
+        }),
+    })
+}

@@ -1,0 +1,276 @@
+//! A `cachefit` file's tensors bound in place (docs/CACHEFIT-FORMAT.md,
+//! "Tensors"). A matrix `NAME` is `NAME.weight` of type I8 plus its
+//! per-row `NAME.scale` (F32), or `NAME.weight` alone in a float or ggml
+//! block type the kernels compute with (F32 as the exporter writes it).
+
+use super::config::BlockKind;
+use crate::config::ModelConfig;
+use crate::weights::Binder;
+use crate::Error;
+use gguf::{GgmlType, GgufFile};
+use kernels::int8::{self, I8Matrix, I8Vector};
+use kernels::matvec::{matvec, MatvecScratch, QMatrix};
+use kernels::pool::ThreadPool;
+use std::borrow::Cow;
+
+/// An activation vector in the form the int8 kernels read, as two int8
+/// vectors: `x ≈ s_hi·q_hi + s_lo·q_lo`, `q_hi` the usual per-vector
+/// quantization and `q_lo` that of what it leaves over (at most `s_hi/2`
+/// per element). About 15 bits per value: with 8 the runtime's greedy
+/// choice differed from the float reference's at ~1% of steps on the
+/// shipped model (near-ties of a high-entropy model), with the pair at
+/// <0.1%. Costs two integer dot products per row, both exact.
+pub struct Activation {
+    hi: I8Vector,
+    lo: I8Vector,
+    rest: Vec<f32>,
+    /// The `q_lo` half's output, `(rows,)` of the widest matrix.
+    y_lo: Vec<f32>,
+}
+
+impl Activation {
+    /// For vectors up to `cols` long and matrices up to `rows` rows.
+    pub fn with_capacity(cols: usize, rows: usize) -> Activation {
+        Activation {
+            hi: I8Vector::with_capacity(cols),
+            lo: I8Vector::with_capacity(cols),
+            rest: vec![0.0; cols],
+            y_lo: vec![0.0; rows],
+        }
+    }
+
+    pub fn quantize(&mut self, x: &[f32]) {
+        self.hi.quantize(x);
+        let s = self.hi.scale();
+        let rest = &mut self.rest[..x.len()];
+        for ((r, &xv), &q) in rest.iter_mut().zip(x).zip(self.hi.q()) {
+            *r = xv - s * q as f32;
+        }
+        self.lo.quantize(rest);
+    }
+}
+
+/// A weight matrix in either storage.
+pub enum Matrix<'a> {
+    /// Int8 rows with one scale each: the int8 kernels.
+    Int8(I8Matrix<'a>),
+    /// Any type with ggml-style kernels (F32 in practice).
+    Float(QMatrix<'a>),
+}
+
+impl Matrix<'_> {
+    pub fn rows(&self) -> usize {
+        match self {
+            Matrix::Int8(m) => m.rows(),
+            Matrix::Float(m) => m.rows(),
+        }
+    }
+
+    pub fn cols(&self) -> usize {
+        match self {
+            Matrix::Int8(m) => m.cols(),
+            Matrix::Float(m) => m.cols(),
+        }
+    }
+
+    /// Bytes one matrix-vector product reads.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Matrix::Int8(m) => m.bytes(),
+            Matrix::Float(m) => m.data().len(),
+        }
+    }
+
+    /// Row `r` as floats (an embedding lookup).
+    pub fn row(&self, r: usize, out: &mut [f32]) {
+        match self {
+            Matrix::Int8(m) => m.dequantize_row(r, out),
+            Matrix::Float(m) => (m.traits().to_float)(m.row(r), out),
+        }
+    }
+
+    /// `y = M x`: int8 matrices read `xq`, the int8 form of `x` (quantized
+    /// by the caller once for all matrices that read `x`); float matrices
+    /// read `x` itself.
+    pub fn matvec(
+        &self,
+        pool: &ThreadPool,
+        x: &[f32],
+        xq: &mut Activation,
+        y: &mut [f32],
+        scratch: &mut MatvecScratch,
+    ) {
+        match self {
+            Matrix::Int8(m) => {
+                int8::matvec(pool, m, &xq.hi, y);
+                let y_lo = &mut xq.y_lo[..y.len()];
+                int8::matvec(pool, m, &xq.lo, y_lo);
+                for (a, b) in y.iter_mut().zip(y_lo.iter()) {
+                    *a += b;
+                }
+            }
+            Matrix::Float(m) => matvec(pool, m, x, y, scratch),
+        }
+    }
+}
+
+/// The token mixer of a block.
+pub enum Mixer<'a> {
+    Conv {
+        gate: Matrix<'a>, // (dim, dim)
+        /// `(K, dim)`: tap `k` of channel `j` at `k·dim + j` (the file's
+        /// `(dim, K)` transposed, so a tap is applied to a whole row).
+        taps: Vec<f32>,
+        out: Matrix<'a>, // (dim, dim)
+    },
+    Attn {
+        qkv: Matrix<'a>, // (q_dim + 2·kv_dim, dim): q heads, k heads, v heads
+        out: Matrix<'a>, // (dim, q_dim)
+    },
+}
+
+pub struct Block<'a> {
+    pub attn_norm: Cow<'a, [f32]>, // (dim,)
+    pub mixer: Mixer<'a>,
+    pub ffn_norm: Cow<'a, [f32]>, // (dim,)
+    pub ffn_gate: Matrix<'a>,     // (ffn_dim, dim)
+    pub ffn_up: Matrix<'a>,       // (ffn_dim, dim)
+    pub ffn_down: Matrix<'a>,     // (dim, ffn_dim)
+}
+
+pub struct CachefitWeights<'a> {
+    /// `(vocab, dim)`; also the output head (tied).
+    pub token_embd: Matrix<'a>,
+    pub blocks: Vec<Block<'a>>,
+    pub output_norm: Cow<'a, [f32]>, // (dim,)
+}
+
+impl<'a> CachefitWeights<'a> {
+    pub fn from_gguf(file: &'a GgufFile, cfg: &ModelConfig) -> Result<CachefitWeights<'a>, Error> {
+        let cf = cfg
+            .cachefit
+            .as_ref()
+            .expect("a cachefit config for a cachefit model");
+        let b = Binder { file };
+        let (d, f, k) = (cfg.dim, cfg.ffn_dim, cf.conv_kernel);
+        let qkv_rows = cfg.q_dim() + 2 * cfg.kv_dim();
+        let mut blocks = Vec::with_capacity(cf.blocks.len());
+        for (i, &kind) in cf.blocks.iter().enumerate() {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            let mixer = match kind {
+                BlockKind::Conv => Mixer::Conv {
+                    gate: matrix(&b, &n("conv_gate"), d, d)?,
+                    taps: taps(&b, &n("conv_taps.weight"), d, k)?,
+                    out: matrix(&b, &n("conv_out"), d, d)?,
+                },
+                BlockKind::Attn => Mixer::Attn {
+                    qkv: matrix(&b, &n("attn_qkv"), qkv_rows, d)?,
+                    out: matrix(&b, &n("attn_output"), d, cfg.q_dim())?,
+                },
+            };
+            blocks.push(Block {
+                attn_norm: b.vector(&n("attn_norm.weight"), d)?,
+                mixer,
+                ffn_norm: b.vector(&n("ffn_norm.weight"), d)?,
+                ffn_gate: matrix(&b, &n("ffn_gate"), f, d)?,
+                ffn_up: matrix(&b, &n("ffn_up"), f, d)?,
+                ffn_down: matrix(&b, &n("ffn_down"), d, f)?,
+            });
+        }
+        Ok(CachefitWeights {
+            token_embd: matrix(&b, "token_embd", cfg.vocab_size, d)?,
+            blocks,
+            output_norm: b.vector("output_norm.weight", d)?,
+        })
+    }
+
+    /// Bytes of weights one token reads: every matrix, the tied embedding
+    /// once (as the output head).
+    pub fn bytes_per_token(&self) -> usize {
+        let mut n = self.token_embd.bytes();
+        for bl in &self.blocks {
+            let (a, b) = match &bl.mixer {
+                Mixer::Conv { gate, out, .. } => (gate, out),
+                Mixer::Attn { qkv, out } => (qkv, out),
+            };
+            for m in [a, b, &bl.ffn_gate, &bl.ffn_up, &bl.ffn_down] {
+                n += m.bytes();
+            }
+        }
+        n
+    }
+}
+
+/// The `(dim, K)` taps (GGUF dims `[K, dim]`, K fastest), as `(K, dim)`.
+fn taps(b: &Binder<'_>, name: &str, d: usize, k: usize) -> Result<Vec<f32>, Error> {
+    let (info, data) = b.tensor(name)?;
+    let bad = |problem: String| Error::Tensor {
+        name: name.to_string(),
+        problem,
+    };
+    if info.dims != [k as u64, d as u64] {
+        return Err(bad(format!("shape {:?}, expected [{k}, {d}]", info.dims)));
+    }
+    if info.ty != GgmlType::F32 {
+        return Err(bad(format!("type {}, expected F32", info.ty)));
+    }
+    let t: &[f32] =
+        bytemuck::try_cast_slice(data).map_err(|e| bad(format!("F32 data not castable: {e}")))?;
+    let mut out = vec![0.0; d * k];
+    for j in 0..d {
+        for tap in 0..k {
+            out[tap * d + j] = t[j * k + tap];
+        }
+    }
+    Ok(out)
+}
+
+/// The matrix `name` (`name.weight`, plus `name.scale` when I8), `rows ×
+/// cols`.
+fn matrix<'a>(b: &Binder<'a>, name: &str, rows: usize, cols: usize) -> Result<Matrix<'a>, Error> {
+    let wname = format!("{name}.weight");
+    let sname = format!("{name}.scale");
+    let (info, data) = b.tensor(&wname)?;
+    let has_scale = b.file.tensor_info(&sname).is_some();
+    if info.ty != GgmlType::I8 {
+        if has_scale {
+            return Err(Error::Tensor {
+                name: sname,
+                problem: format!("scales an I8 matrix, but `{wname}` is {}", info.ty),
+            });
+        }
+        return b.matrix(&wname, rows, cols).map(Matrix::Float);
+    }
+    let bad = |name: &str, problem: String| Error::Tensor {
+        name: name.to_string(),
+        problem,
+    };
+    if info.dims != [cols as u64, rows as u64] {
+        return Err(bad(
+            &wname,
+            format!("shape {:?}, expected [{cols}, {rows}]", info.dims),
+        ));
+    }
+    if !has_scale {
+        return Err(bad(
+            &sname,
+            format!("missing from the file (`{wname}` is I8 and needs one F32 scale per row)"),
+        ));
+    }
+    let (sinfo, sdata) = b.tensor(&sname)?;
+    if sinfo.ty != GgmlType::F32 {
+        return Err(bad(&sname, format!("type {}, expected F32", sinfo.ty)));
+    }
+    if sinfo.dims != [rows as u64] {
+        return Err(bad(
+            &sname,
+            format!("shape {:?}, expected [{rows}]", sinfo.dims),
+        ));
+    }
+    let scales: &'a [f32] = bytemuck::try_cast_slice(sdata)
+        .map_err(|e| bad(&sname, format!("F32 data not castable: {e}")))?;
+    let q: &'a [i8] = bytemuck::cast_slice(data);
+    I8Matrix::new(rows, cols, q, scales)
+        .map(Matrix::Int8)
+        .map_err(|e| bad(&wname, e.to_string()))
+}

@@ -39,7 +39,7 @@ impl Default for DataConfig {
             corpus: vec![PathBuf::from("data/tinyshakespeare.txt")],
             seed: 1,
             task_ratio: 0.1,
-            val_fraction: 0.1,
+            val_fraction: 0.15,
             eval_passages: 500,
         }
     }

@@ -21,15 +21,20 @@
 //! crate's code alone, not by a dependency's version.
 
 pub mod bpe;
+pub mod checkpoint;
 pub mod clean;
 pub mod data;
 pub mod documents;
 mod error;
+pub mod export;
 pub mod files;
+pub mod gates;
 pub mod names;
+pub mod net;
 pub mod pack;
 pub mod rng;
 pub mod tasks;
+pub mod trainer;
 pub mod vocab;
 
 pub use error::{Error, Result};
@@ -58,6 +63,14 @@ pub mod paths {
     pub const EVAL_BIN: &str = "eval.bin";
     /// `pack`: the sidecar describing the token files.
     pub const PACK_MANIFEST: &str = "pack.json";
+    /// `train`: parameters and optimizer state, resumable.
+    pub const CHECKPOINT: &str = "checkpoint.bin";
+    /// `train`: one JSON line per validation.
+    pub const TRAIN_LOG: &str = "train.log.jsonl";
+    /// `train`: the run's settings and results.
+    pub const TRAIN_MANIFEST: &str = "train.json";
+    /// `export`: the int8 model.
+    pub const MODEL_GGUF: &str = "model.gguf";
 }
 
 /// A progress bar that draws only when asked to (stages run quietly in

@@ -7,6 +7,8 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
+use train::net::{config::parse_pattern, NetConfig};
+use train::trainer::{self, TrainConfig};
 use train::{bpe, data, pack};
 
 #[derive(Parser)]
@@ -42,6 +44,114 @@ enum Command {
     /// Tokenize everything into train.bin, val.bin, eval.bin (u16) and
     /// pack.json.
     Pack,
+    /// Train the network on train.bin (resumes from checkpoint.bin when
+    /// present); writes checkpoint.bin, train.log.jsonl, train.json.
+    Train(TrainArgs),
+    /// Write the trained network as a `cachefit` GGUF (int8 matrices).
+    Export(ExportArgs),
+    /// Measure the int8 runtime against the float reference on val.bin
+    /// and write the report (docs/gates.json).
+    Gates(GatesArgs),
+}
+
+#[derive(clap::Args)]
+struct GatesArgs {
+    /// The model (default: model.gguf in the working folder).
+    #[arg(long, short)]
+    model: Option<PathBuf>,
+    /// Where to write the JSON report.
+    #[arg(long, short, default_value = "docs/gates.json")]
+    out: PathBuf,
+    /// Greedy prompts from the validation split.
+    #[arg(long, default_value_t = 1000)]
+    prompts: usize,
+    /// Runtime threads.
+    #[arg(short = 't', long, default_value_t = 2)]
+    threads: usize,
+    /// Held-out-name passages for the question-answering accuracy.
+    #[arg(long, default_value_t = 500)]
+    task_passages: usize,
+}
+
+#[derive(clap::Args)]
+struct ExportArgs {
+    /// Output file (default: model.gguf in the working folder).
+    #[arg(long, short)]
+    out: Option<PathBuf>,
+    /// Matrix storage: i8 (int8 rows + f32 scales) or f32.
+    #[arg(long = "type", default_value = "i8")]
+    ty: String,
+    /// general.name in the file.
+    #[arg(long, default_value = "cachefit-shakespeare")]
+    name: String,
+}
+
+#[derive(clap::Args)]
+struct TrainArgs {
+    /// Block pattern: C = gated short convolution, A = attention.
+    #[arg(long, default_value = "CCACCA")]
+    pattern: String,
+    /// Residual width.
+    #[arg(long, default_value_t = 144)]
+    d: usize,
+    /// MLP hidden width.
+    #[arg(long, default_value_t = 396)]
+    ffn: usize,
+    #[arg(long, default_value_t = 8)]
+    heads: usize,
+    #[arg(long, default_value_t = 1)]
+    kv_heads: usize,
+    #[arg(long, default_value_t = 18)]
+    head_dim: usize,
+    /// Context the model is made for (RoPE positions, the runtime's default).
+    #[arg(long, default_value_t = 1024)]
+    context: usize,
+    #[arg(long, default_value_t = 4)]
+    conv_kernel: usize,
+    /// Logit soft cap (0 = none).
+    #[arg(long, default_value_t = 30.0)]
+    softcap: f32,
+    /// Optimizer steps.
+    #[arg(long, default_value_t = TrainConfig::default().steps)]
+    steps: usize,
+    /// Sequences per step.
+    #[arg(long, default_value_t = TrainConfig::default().batch)]
+    batch: usize,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = TrainConfig::default().seq_len)]
+    seq_len: usize,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = TrainConfig::default().lr)]
+    lr: f32,
+    #[arg(long, default_value_t = TrainConfig::default().warmup)]
+    warmup: usize,
+    #[arg(long, default_value_t = TrainConfig::default().weight_decay)]
+    weight_decay: f32,
+    #[arg(long, default_value_t = TrainConfig::default().grad_clip)]
+    grad_clip: f32,
+    /// Final fraction of the steps trained with int8 fake-quantized weights.
+    #[arg(long, default_value_t = TrainConfig::default().qat_fraction)]
+    qat_fraction: f32,
+    /// Validate every N steps.
+    #[arg(long, default_value_t = TrainConfig::default().eval_every)]
+    eval_every: usize,
+    /// Validation windows (0 = all of val.bin).
+    #[arg(long, default_value_t = 0)]
+    eval_windows: usize,
+    #[arg(long, default_value_t = TrainConfig::default().checkpoint_every)]
+    checkpoint_every: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Worker threads (default: the cores available).
+    #[arg(short = 't', long, default_value_t = 0)]
+    threads: usize,
+    /// Ignore an existing checkpoint and start over.
+    #[arg(long)]
+    fresh: bool,
+    /// Stop this invocation after N steps (a checkpoint is saved; run the
+    /// same command again to continue).
+    #[arg(long)]
+    stop_after: Option<usize>,
 }
 
 #[derive(clap::Args)]
@@ -57,7 +167,7 @@ struct DataArgs {
     #[arg(long, default_value_t = 0.1)]
     task_ratio: f64,
     /// Share of the corpus (its end) held out for validation.
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.15)]
     val_fraction: f64,
     /// Number of held-out-name passages for evaluation.
     #[arg(long, default_value_t = 500)]
@@ -80,6 +190,9 @@ fn main() -> ExitCode {
         Command::Data(a) => run_data(a, &dir, progress),
         Command::Bpe(a) => run_bpe(a, &dir, progress),
         Command::Pack => run_pack(&dir, progress),
+        Command::Train(a) => run_train(a, &dir, progress),
+        Command::Export(a) => run_export(a, &dir),
+        Command::Gates(a) => run_gates(a, &dir, progress),
     };
     match result {
         Ok(()) => {
@@ -161,4 +274,149 @@ fn run_pack(dir: &std::path::Path, progress: bool) -> train::Result<()> {
         );
     }
     Ok(())
+}
+
+fn run_train(a: TrainArgs, dir: &std::path::Path, progress: bool) -> train::Result<()> {
+    let vocab = pack::vocab_size(dir)?;
+    let net = NetConfig {
+        vocab,
+        d: a.d,
+        ffn: a.ffn,
+        pattern: parse_pattern(&a.pattern)?,
+        n_heads: a.heads,
+        n_kv_heads: a.kv_heads,
+        head_dim: a.head_dim,
+        context: a.context,
+        conv_kernel: a.conv_kernel,
+        softcap: a.softcap,
+        eps: 1e-6,
+        rope_base: 10000.0,
+    };
+    let tc = TrainConfig {
+        steps: a.steps,
+        batch: a.batch,
+        seq_len: a.seq_len,
+        lr: a.lr,
+        warmup: a.warmup,
+        weight_decay: a.weight_decay,
+        grad_clip: a.grad_clip,
+        qat_fraction: a.qat_fraction,
+        eval_every: a.eval_every.max(1),
+        eval_windows: a.eval_windows,
+        checkpoint_every: a.checkpoint_every.max(1),
+        seed: a.seed,
+        threads: a.threads,
+        stop_after: a.stop_after,
+        ..TrainConfig::default()
+    };
+    let r = trainer::run(&net, &tc, dir, a.fresh, progress)?;
+    if r.resumed_from > 0 {
+        println!("resumed at step {}", r.resumed_from);
+    }
+    println!(
+        "{} parameters; {} steps in {:.1} s, {:.0} training tokens/s",
+        r.params, r.steps_run, r.seconds, r.tokens_per_second
+    );
+    println!(
+        "final train loss {:.4}; validation loss {:.4} (perplexity {:.2})",
+        r.final_train_loss,
+        r.final_val_loss,
+        r.final_val_loss.exp()
+    );
+    Ok(())
+}
+
+fn run_export(a: ExportArgs, dir: &std::path::Path) -> train::Result<()> {
+    use train::export::{self, MatrixType};
+    let ty = match a.ty.as_str() {
+        "i8" | "int8" => MatrixType::Int8,
+        "f32" => MatrixType::F32,
+        other => {
+            return Err(train::Error::Config(format!(
+                "--type {other:?}: expected i8 or f32"
+            )))
+        }
+    };
+    let r = export::run(dir, a.out.as_deref(), ty, &a.name)?;
+    println!(
+        "{} parameters (step {}) written: {} bytes ({:.2} MB)",
+        r.params,
+        r.step,
+        r.bytes,
+        r.bytes as f64 / 1e6
+    );
+    Ok(())
+}
+
+fn run_gates(a: GatesArgs, dir: &std::path::Path, progress: bool) -> train::Result<()> {
+    use train::gates::{self, GateSettings};
+    let model = a
+        .model
+        .unwrap_or_else(|| dir.join(train::paths::MODEL_GGUF));
+    let settings = GateSettings {
+        prompts: a.prompts,
+        threads: a.threads,
+        ..GateSettings::default()
+    };
+    let r = gates::run(&model, dir, &settings, progress)?;
+    let tasks = gates::task_accuracy(&model, dir, a.task_passages, a.threads)?;
+    let mut v = r.to_json();
+    for (k, x) in tasks.to_json().as_object().expect("an object") {
+        v[k] = x.clone();
+    }
+    v["model"] = model.display().to_string().into();
+    v["model_sha256"] = train::files::sha256_hex(&train::files::read_bytes(&model)?).into();
+    v["commit"] = git_commit().into();
+    v["date"] = utc_now().into();
+    train::files::write_json(&a.out, &v)?;
+    println!(
+        "perplexity: runtime {:.4}, reference {:.4} ({:.3}% apart, {} predictions)",
+        r.ppl_runtime,
+        r.ppl_reference,
+        100.0 * r.ppl_rel_diff(),
+        r.predictions
+    );
+    println!(
+        "greedy: {:.2}% of {}×{} tokens equal, {:.1}% of prompts identical, \
+         {:.2}% of steps agree given the same prefix",
+        100.0 * r.greedy_token_match,
+        r.prompts,
+        r.gen_len,
+        100.0 * r.greedy_prompts_identical,
+        100.0 * r.greedy_step_agreement
+    );
+    println!(
+        "deterministic across runs and 1/2 threads: {}",
+        r.deterministic
+    );
+    println!(
+        "held-out-name questions: {:.1}% of {} answered exactly ({:.1}% of facts asked, {:.1}% of \"I don't know\")",
+        100.0 * tasks.accuracy(),
+        tasks.questions,
+        100.0 * tasks.known_accuracy(),
+        100.0 * tasks.unknown_accuracy()
+    );
+    println!("report: {}", a.out.display());
+    Ok(())
+}
+
+/// `git rev-parse HEAD`, or "unknown" outside a checkout.
+fn git_commit() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The current UTC time, ISO 8601 (from `date`, to keep a clock crate out).
+fn utc_now() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
 }

@@ -183,3 +183,16 @@ pub fn run(dir: &Path, progress: bool) -> Result<PackReport> {
         splits: reports,
     })
 }
+
+/// The vocabulary size `pack` recorded in `pack.json`.
+pub fn vocab_size(dir: &Path) -> Result<usize> {
+    let path = files::stage_input(dir, paths::PACK_MANIFEST, "pack")?;
+    let v = files::read_json(&path)?;
+    v["vocab_size"]
+        .as_u64()
+        .map(|n| n as usize)
+        .ok_or_else(|| Error::Invalid {
+            path,
+            problem: "has no vocab_size".into(),
+        })
+}

@@ -1,0 +1,119 @@
+//! The trainer's network: the `cachefit` architecture
+//! (`docs/CACHEFIT-FORMAT.md`) with a hand-written forward and backward
+//! pass in `f32` over one sequence at a time ([`forward`]), its
+//! parameters in one flat vector ([`config::Layout`]).
+//!
+//! This forward pass is also the *float reference* the int8 runtime is
+//! measured against (`docs/gates.json`).
+
+pub mod config;
+pub mod forward;
+pub mod ops;
+
+pub use config::{BlockKind, Layout, NetConfig};
+pub use forward::{backward, forward, Acts};
+
+use crate::rng::Rng;
+
+/// Standard normal from two uniforms (Box–Muller); our own so a seed gives
+/// the same weights with any version of any dependency.
+fn normal(rng: &mut Rng) -> f32 {
+    let u1 = ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    let u2 = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+}
+
+/// GPT-2 style initialization: matrices N(0, 0.02), the projections that
+/// write into the residual stream scaled by 1/√(2·blocks), norms 1, conv
+/// taps uniform in ±1/√K (PyTorch's default for a depthwise conv).
+pub fn init_params(c: &NetConfig, l: &Layout, seed: u64) -> Vec<f32> {
+    let mut p = vec![0.0f32; l.len];
+    let mut rng = Rng::stream(seed, 0x1417);
+    let resid_scale = 1.0 / (2.0 * c.pattern.len() as f32).sqrt();
+    for t in &l.tensors {
+        let dst = &mut p[t.range()];
+        if t.name.ends_with("_norm") {
+            dst.fill(1.0);
+        } else if t.name.ends_with("conv_taps") {
+            let bound = 1.0 / (c.conv_kernel as f32).sqrt();
+            for v in dst {
+                let u = (rng.next_u64() >> 11) as f32 / (1u64 << 53) as f32;
+                *v = (2.0 * u - 1.0) * bound;
+            }
+        } else {
+            let out_proj = ["conv_out", "attn_output", "ffn_down"]
+                .iter()
+                .any(|s| t.name.ends_with(s));
+            let std = 0.02 * if out_proj { resid_scale } else { 1.0 };
+            for v in dst {
+                *v = normal(&mut rng) * std;
+            }
+        }
+    }
+    p
+}
+
+/// Int8 quantization of one row: `scale = max|w| / 127`, `q = round(w /
+/// scale)` (half away from zero), all-zero row → scale 0. The exporter
+/// and the fake quantization of QAT both use this, so the trained
+/// weights and the exported ones are the same numbers.
+pub fn quantize_row(row: &[f32], q: &mut [i8]) -> f32 {
+    let amax = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    if amax == 0.0 {
+        q.fill(0);
+        return 0.0;
+    }
+    let scale = amax / 127.0;
+    for (qv, &v) in q.iter_mut().zip(row) {
+        *qv = (v / scale).round().clamp(-127.0, 127.0) as i8;
+    }
+    scale
+}
+
+/// Replace every matrix row by its int8 round trip (`q · scale`); other
+/// tensors are copied. `out` = what the runtime will compute with.
+pub fn fake_quantize(l: &Layout, params: &[f32], out: &mut [f32]) {
+    let mut q = Vec::new();
+    for t in &l.tensors {
+        let (src, dst) = (&params[t.range()], &mut out[t.range()]);
+        if !t.matrix {
+            dst.copy_from_slice(src);
+            continue;
+        }
+        q.resize(t.cols, 0i8);
+        for (s, d) in src.chunks_exact(t.cols).zip(dst.chunks_exact_mut(t.cols)) {
+            let scale = quantize_row(s, &mut q);
+            for (dv, &qv) in d.iter_mut().zip(&q) {
+                *dv = qv as f32 * scale;
+            }
+        }
+    }
+}
+
+/// Negative log-likelihood of each next token of `tokens` (positions
+/// `1..len`), and whether the argmax at each position was that token.
+/// Runs [`forward`] on `tokens[..len-1]`.
+pub fn score(
+    c: &NetConfig,
+    l: &Layout,
+    p: &[f32],
+    tokens: &[u16],
+    acts: &mut Acts,
+) -> Vec<(f64, usize)> {
+    let n = tokens.len().saturating_sub(1);
+    if n == 0 {
+        return Vec::new();
+    }
+    forward(c, l, p, &tokens[..n], acts);
+    acts.logits[..n * c.vocab]
+        .chunks_exact(c.vocab)
+        .zip(&tokens[1..])
+        .map(|(row, &tgt)| {
+            let (lse, best) = ops::log_sum_exp(row);
+            (lse - row[tgt as usize] as f64, best)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod gradcheck;

@@ -92,6 +92,26 @@ else
     echo "*** NOTE: no nightly toolchain; AddressSanitizer run skipped ***"
 fi
 
+step "valgrind memcheck: the built-in model through cachefit run (AVX2 and scalar kernels)"
+if ! command -v valgrind >/dev/null; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind) >/dev/null 2>&1 || true
+fi
+if command -v valgrind >/dev/null; then
+    # valgrind's CPU has no AVX-512, so dispatch picks AVX2; then scalar.
+    for k in auto scalar; do
+        env $([ $k = auto ] || echo CACHEFIT_KERNELS=$k) valgrind -q --error-exitcode=3 --leak-check=no \
+            target/release/cachefit run "ROMEO:" -n 24 --temp 0 -t 2 > /dev/null 2> target/valgrind.log \
+            || { cat target/valgrind.log; echo "valgrind found errors ($k kernels)" >&2; exit 1; }
+        echo "[$k] no errors"
+    done
+else
+    echo "*** NOTE: valgrind not installable; memcheck skipped ***"
+fi
+
+step "gates of the built-in model: int8 runtime vs float reference (release)"
+cargo test --release --quiet -p cachefit-train --test gates -- --ignored 2>&1 | grep -E "^test result|panicked|docs/gates.json"
+test "${PIPESTATUS[0]}" -eq 0
+
 step "OpenAI client against cachefit serve (tests/openai)"
 python3 -m pip install --quiet --disable-pip-version-check -r tests/openai/requirements.txt 2>&1 | grep -v "Running pip as the 'root'" || true
 CACHEFIT_BIN="$PWD/target/release/cachefit" timeout 300 python3 -m pytest -q -p no:cacheprovider tests/openai

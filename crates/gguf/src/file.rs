@@ -80,6 +80,22 @@ impl GgufFile {
         Ok(f)
     }
 
+    /// A GGUF image already in memory (a model built into the binary),
+    /// copied into an anonymous map so tensor data gets the page
+    /// alignment a file map has. `label` names it in errors.
+    pub fn from_bytes(label: impl Into<PathBuf>, bytes: &[u8], limits: Limits) -> Result<GgufFile> {
+        let path = label.into();
+        let err = |kind: ErrorKind| Error::new(&path, kind);
+        if bytes.is_empty() {
+            return Err(err(ErrorKind::Empty));
+        }
+        let mut anon = memmap2::MmapMut::map_anon(bytes.len()).map_err(|e| err(e.into()))?;
+        anon.copy_from_slice(bytes);
+        let map = anon.make_read_only().map_err(|e| err(e.into()))?;
+        let header = parse_header(&map, limits).map_err(err)?;
+        Ok(GgufFile { path, map, header })
+    }
+
     fn mlock(&self) -> Result<()> {
         self.map.lock().map_err(|source| {
             Error::new(

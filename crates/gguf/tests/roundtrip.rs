@@ -65,6 +65,25 @@ fn write_read_rewrite_is_byte_identical() {
 }
 
 #[test]
+fn from_bytes_reads_what_open_reads() {
+    let bytes = common::sample_file();
+    // An odd offset: the image in memory need not be aligned.
+    let mut shifted = vec![0u8; 1];
+    shifted.extend_from_slice(&bytes);
+    let f = GgufFile::from_bytes("<built in>", &shifted[1..], Limits::default()).unwrap();
+    assert_eq!(f.path().to_str(), Some("<built in>"));
+    for t in f.tensors() {
+        assert_eq!(f.tensor_data(t).as_ptr() as usize % 8, 0);
+    }
+    assert_eq!(rewrite(&f), bytes);
+    let e = GgufFile::from_bytes("<built in>", &bytes[..40], Limits::default())
+        .err()
+        .expect("a truncated image is refused");
+    assert!(e.to_string().contains("<built in>"), "{e}");
+    assert!(GgufFile::from_bytes("x", &[], Limits::default()).is_err());
+}
+
+#[test]
 fn custom_alignment_round_trips() {
     let bytes = common::sample_file();
     let h = parse_header(&bytes, Limits::default()).unwrap();

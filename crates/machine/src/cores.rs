@@ -72,6 +72,36 @@ fn sched_affinity() -> Option<Vec<usize>> {
     }
 }
 
+/// Pin the calling thread to one CPU (`sched_setaffinity`), so a
+/// benchmark's thread keeps its caches. Linux only; elsewhere an
+/// `Unsupported` error.
+pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        let words = cpu / 64 + 1;
+        let mut mask = vec![0u64; words.max(16)];
+        mask[cpu / 64] |= 1 << (cpu % 64);
+        // SAFETY: the kernel reads `mask.len() * 8` bytes from `mask`, which
+        // is that long; pid 0 is this thread.
+        let r = unsafe {
+            libc::sched_setaffinity(0, mask.len() * 8, mask.as_ptr().cast::<libc::cpu_set_t>())
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = cpu;
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "thread pinning is implemented for Linux only",
+        ))
+    }
+}
+
 /// `Cpus_allowed_list` from the text of `/proc/self/status`.
 pub fn parse_status_cpus_allowed(status: &str) -> Option<Vec<usize>> {
     let line = status
@@ -204,6 +234,25 @@ pub fn default_threads() -> ThreadChoice {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn pinning_a_thread_narrows_its_affinity() {
+        let cpus = allowed_cpus();
+        let target = *cpus.last().unwrap();
+        let seen = std::thread::spawn(move || {
+            pin_current_thread(target).unwrap();
+            allowed_cpus()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen, vec![target]);
+        // A CPU outside the allowed set is refused, not ignored.
+        assert!(std::thread::spawn(|| pin_current_thread(100_000))
+            .join()
+            .unwrap()
+            .is_err());
+    }
 
     fn id(package: u32, core: u32) -> CoreId {
         CoreId {

@@ -17,7 +17,7 @@ pub mod cpulist;
 
 pub use caches::{parse_cache_size, Cache, CacheKind, Caches};
 pub use cgroup::{cpu_quota, CpuQuota};
-pub use cores::{default_threads, Cores, ThreadChoice};
+pub use cores::{allowed_cpus, default_threads, pin_current_thread, Cores, ThreadChoice};
 pub use cpu::CpuInfo;
 pub use cpulist::{format_cpulist, parse_cpulist};
 

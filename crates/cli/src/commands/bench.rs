@@ -24,6 +24,7 @@ mod evict;
 mod report;
 mod timing;
 
+use super::builtin::ModelSource;
 use super::levels;
 use anyhow::{bail, Context, Result};
 use evict::{EvictMode, Evictor};
@@ -95,6 +96,10 @@ pub struct Args {
     /// Seed of the random token ids.
     #[arg(long, default_value_t = DEFAULT_SEED)]
     pub seed: u64,
+    /// Pin benchmark thread i to the i-th CPU this process may use (and
+    /// the --evict sweeper to the next), like llama-bench's --cpu-strict 1.
+    #[arg(long)]
+    pub pin: bool,
     /// Lock the model's pages in RAM.
     #[arg(long)]
     pub mlock: bool,
@@ -125,15 +130,10 @@ pub fn rewrite_args<I: IntoIterator<Item = OsString>>(args: I) -> Vec<OsString> 
     args
 }
 
-/// The model benchmarked without `-m`. The one place to change when a
-/// default model is built in.
-pub fn default_model_path() -> Result<PathBuf> {
-    bail!("no default model is built in yet; pass -m FILE")
-}
-
 /// What the flags ask for, checked.
 #[derive(Debug, PartialEq)]
 struct Plan {
+    /// Empty: the built-in model.
     models: Vec<PathBuf>,
     threads: Vec<usize>,
     depths: Vec<usize>,
@@ -214,16 +214,17 @@ fn parse_list(flag: &str, values: &[String], default: &[usize], min: usize) -> R
 pub fn run(args: Args) -> Result<()> {
     let machine = Machine::probe();
     let plan = Plan::from_args(&args, machine.threads.n)?;
-    let models = if plan.models.is_empty() {
-        vec![default_model_path()?]
+    let models: Vec<ModelSource> = if plan.models.is_empty() {
+        vec![ModelSource::BuiltIn]
     } else {
-        plan.models.clone()
+        plan.models
+            .iter()
+            .map(|p| ModelSource::File(p.clone()))
+            .collect()
     };
     // Fail on a missing file before spending minutes on the ones before it.
     for m in &models {
-        if !m.is_file() {
-            bail!("model file {} not found", m.display());
-        }
+        m.check_exists()?;
     }
     if args.threads.is_empty() {
         eprintln!(
@@ -236,9 +237,9 @@ pub fn run(args: Args) -> Result<()> {
     let evict = args.evict.map(|mode| evict::Plan::new(mode, &machine));
     let mut printer = Printer::new(args.output, evict.is_some());
     let mut levels = levels::Probes::new(&machine);
-    for path in &models {
+    for source in &models {
         bench_model(
-            path,
+            source,
             &args,
             &plan,
             &machine,
@@ -252,7 +253,7 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 fn bench_model(
-    path: &std::path::Path,
+    source: &ModelSource,
     args: &Args,
     plan: &Plan,
     machine: &Machine,
@@ -265,12 +266,12 @@ fn bench_model(
         mlock: args.mlock,
         ..Default::default()
     };
-    let file = GgufFile::open_with(path, opts)?;
-    let shown = path.display();
+    let file = source.open(opts)?;
+    let shown = source.shown();
     let cfg = ModelConfig::from_gguf(file.metadata())
         .with_context(|| format!("{shown}: reading the model config"))?;
-    let weights = Weights::from_gguf(&file, &cfg).with_context(|| format!("{shown}"))?;
-    let info = model_info(path, &file, &cfg, &weights);
+    let weights = Weights::from_gguf(&file, &cfg).with_context(|| shown.clone())?;
+    let info = model_info(source, &file, &cfg, &weights);
     eprintln!(
         "cachefit bench: {shown} ({}, {} layers, {} params, {} read per token), kernels {}",
         info.model_type,
@@ -282,6 +283,12 @@ fn bench_model(
 
     for &n_threads in &plan.threads {
         let pool = ThreadPool::new(n_threads);
+        let sweeper_cpu = if args.pin {
+            pin_threads(&pool, &machine.cores.allowed)?;
+            machine.cores.allowed.get(n_threads).copied()
+        } else {
+            None
+        };
         for &depth in &plan.depths {
             for &(n_prompt, n_gen) in &plan.tests {
                 let test = Test {
@@ -325,7 +332,7 @@ fn bench_model(
                 let clean = run.measure(&mut state, &test, &tokens);
                 let evicted = match evict {
                     Some(plan) => {
-                        let evictor = Evictor::start(plan)?;
+                        let evictor = Evictor::start(plan, sweeper_cpu)?;
                         let runs = run.measure(&mut state, &test, &tokens);
                         let passes = evictor.stop();
                         Some((runs, passes))
@@ -345,6 +352,7 @@ fn bench_model(
                     level,
                     cpu_info: machine.cpu.model_name.as_deref().unwrap_or("unknown"),
                     shares_core: evict.is_some_and(|e| e.shares_core(n_threads)),
+                    pinned: args.pin,
                 })?;
             }
         }
@@ -352,8 +360,29 @@ fn bench_model(
     Ok(())
 }
 
+/// Pin thread i of `pool` (the caller is 0) to `cpus[i]`.
+fn pin_threads(pool: &ThreadPool, cpus: &[usize]) -> Result<()> {
+    let n = pool.n_threads();
+    if n > cpus.len() {
+        bail!(
+            "--pin: {n} threads but this process may use only {} CPUs",
+            cpus.len()
+        );
+    }
+    let refused = std::sync::atomic::AtomicBool::new(false);
+    pool.run(|ctx| {
+        if machine::pin_current_thread(cpus[ctx.thread_index]).is_err() {
+            refused.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    if refused.into_inner() {
+        bail!("--pin: the OS refused to pin a thread to CPUs {cpus:?}");
+    }
+    Ok(())
+}
+
 fn model_info(
-    path: &std::path::Path,
+    source: &ModelSource,
     file: &GgufFile,
     cfg: &ModelConfig,
     weights: &Weights<'_>,
@@ -376,7 +405,7 @@ fn model_info(
         n => format!("{:.0}K", n as f64 / 1e3),
     };
     ModelInfo {
-        filename: path.display().to_string(),
+        filename: source.shown(),
         model_type: format!("{} {params} {}", cfg.arch.name(), main_type),
         size,
         n_params,
@@ -459,11 +488,5 @@ mod tests {
             os(&["c", "run", "-pg"])
         );
         assert_eq!(rewrite_args(os(&["c"])), os(&["c"]));
-    }
-
-    #[test]
-    fn no_default_model_yet() {
-        let e = default_model_path().unwrap_err().to_string();
-        assert!(e.contains("pass -m FILE"), "{e}");
     }
 }

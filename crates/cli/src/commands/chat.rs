@@ -130,7 +130,7 @@ pub fn run(args: Args) -> Result<()> {
     let threads = choice.n;
     let opened = common::open_model(&args.model)?;
     let (cfg, vocab) = (&opened.cfg, &opened.vocab);
-    let path = args.model.model.display();
+    let path = args.model.shown();
     let opts = common::state_options(&opened, &args.ctx, false)?;
     let n_ctx = opts.n_ctx;
     let token_text = |id: Option<u32>| id.and_then(|id| vocab.token_text(id));
@@ -140,7 +140,7 @@ pub fn run(args: Args) -> Result<()> {
         token_text(vocab.eos()),
     )
     .with_context(|| format!("{path}: reading the chat template"))?;
-    let weights = Weights::from_gguf(&opened.file, cfg).with_context(|| format!("{path}"))?;
+    let weights = Weights::from_gguf(&opened.file, cfg).with_context(|| path.clone())?;
     let engine = Engine {
         cfg,
         weights: &weights,

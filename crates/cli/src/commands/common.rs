@@ -2,6 +2,7 @@
 //! config and tokenizer, choosing threads and the context, and checking the
 //! memory need before anything large is allocated.
 
+use super::builtin::ModelSource;
 use anyhow::{bail, Context, Result};
 use gguf::{GgufFile, OpenOptions};
 use model::{KvType, MemoryEstimate, ModelConfig, StateOptions, DEFAULT_BATCH};
@@ -13,9 +14,9 @@ pub const DEFAULT_CTX: usize = 4096;
 /// Which model file and how to load and run it.
 #[derive(clap::Args, Debug)]
 pub struct ModelArgs {
-    /// GGUF model file.
+    /// GGUF model file (default: the built-in cachefit-shakespeare model).
     #[arg(short = 'm', long)]
-    pub model: PathBuf,
+    pub model: Option<PathBuf>,
     /// Threads (default: the physical cores this process may use, after
     /// CPU affinity and cgroup limits).
     #[arg(short = 't', long)]
@@ -58,14 +59,25 @@ pub struct Opened {
     pub vocab: tokenize::Vocab,
 }
 
+impl ModelArgs {
+    pub fn source(&self) -> ModelSource {
+        ModelSource::from_arg(self.model.as_ref())
+    }
+
+    /// The model as messages name it: its path, or the built-in one.
+    pub fn shown(&self) -> String {
+        self.source().shown()
+    }
+}
+
 pub fn open_model(args: &ModelArgs) -> Result<Opened> {
     let opts = OpenOptions {
         mmap: !args.no_mmap,
         mlock: args.mlock,
         ..Default::default()
     };
-    let file = GgufFile::open_with(&args.model, opts)?;
-    let path = args.model.display();
+    let file = args.source().open(opts)?;
+    let path = args.shown();
     let cfg = ModelConfig::from_gguf(file.metadata())
         .with_context(|| format!("{path}: reading the model config"))?;
     let vocab = tokenize::Vocab::from_gguf(file.metadata())

@@ -117,8 +117,8 @@ pub fn run(args: Args) -> Result<()> {
     if n_ctx < 4 {
         bail!("-c {n_ctx} is too small to score anything (at least 4)");
     }
-    let path = args.model.model.display();
-    let weights = Weights::from_gguf(&opened.file, cfg).with_context(|| format!("{path}"))?;
+    let path = args.model.shown();
+    let weights = Weights::from_gguf(&opened.file, cfg).with_context(|| path.clone())?;
     let pool = ThreadPool::new(threads);
     let mut state = State::with_options(cfg, &weights, &opts)?;
     eprintln!(

@@ -1,5 +1,6 @@
-//! `cachefit run -m FILE -p PROMPT`: load a model, evaluate the prompt and
-//! stream the continuation to stdout; timings on stderr like llama.cpp.
+//! `cachefit run [-m FILE] [-p] PROMPT`: load a model (default: the
+//! built-in one), evaluate the prompt and stream the continuation to
+//! stdout; timings on stderr like llama.cpp.
 //!
 //! The prompt is evaluated in batches of `-b` tokens, then one token per
 //! step. Sampling is greedy unless `--temp` > 0; penalties, min-p and stop
@@ -22,13 +23,11 @@ pub struct Args {
     #[command(flatten)]
     pub ctx: ContextArgs,
     /// Prompt text.
-    #[arg(
-        short = 'p',
-        long,
-        conflicts_with = "file",
-        required_unless_present = "file"
-    )]
+    #[arg(short = 'p', long, conflicts_with_all = ["file", "text"])]
     pub prompt: Option<String>,
+    /// The prompt, as a plain argument (`cachefit run "ROMEO:"`).
+    #[arg(value_name = "PROMPT", conflicts_with = "file")]
+    pub text: Option<String>,
     /// Read the prompt from a UTF-8 file.
     #[arg(short = 'f', long)]
     pub file: Option<PathBuf>,
@@ -80,7 +79,7 @@ pub struct Args {
 }
 
 fn read_prompt(args: &Args) -> Result<String> {
-    let prompt = match (&args.prompt, &args.file) {
+    let prompt = match (args.prompt.as_ref().or(args.text.as_ref()), &args.file) {
         (Some(p), _) => p.clone(),
         (None, Some(f)) => {
             let bytes =
@@ -93,7 +92,9 @@ fn read_prompt(args: &Args) -> Result<String> {
                 )
             })?
         }
-        (None, None) => bail!("no prompt: give -p PROMPT or -f FILE"),
+        (None, None) => {
+            bail!("no prompt: give one (`cachefit run \"ROMEO:\"`), -p PROMPT or -f FILE")
+        }
     };
     if prompt.is_empty() {
         bail!("the prompt is empty");
@@ -136,10 +137,10 @@ pub fn run(args: Args) -> Result<()> {
     let (threads, why) = (choice.n, choice.reason);
     let opened = common::open_model(&args.model)?;
     let (cfg, vocab) = (&opened.cfg, &opened.vocab);
-    let path = args.model.model.display();
+    let path = args.model.shown();
     let opts = common::state_options(&opened, &args.ctx, false)?;
     let n_ctx = opts.n_ctx;
-    let weights = Weights::from_gguf(&opened.file, cfg).with_context(|| format!("{path}"))?;
+    let weights = Weights::from_gguf(&opened.file, cfg).with_context(|| path.clone())?;
     let pool = ThreadPool::new(threads);
     let mut state = State::with_options(cfg, &weights, &opts)?;
     let load_ms = ms(t_start);

@@ -54,7 +54,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let choice = common::threads(args.model.threads)?;
     let opened = common::open_model(&args.model)?;
-    let path = args.model.model.display().to_string();
+    let path = args.model.shown();
     let mut opts = common::state_options(&opened, &args.ctx, false)?;
     // Every busy slot puts one token into each decode pass.
     opts.n_seq = args.parallel;
@@ -65,12 +65,15 @@ pub fn run(args: Args) -> Result<()> {
             .check(avail)
             .with_context(|| format!("{} slots of {} tokens", opts.n_seq, opts.n_ctx))?;
     }
-    let model_name = args.alias.clone().unwrap_or_else(|| {
-        args.model
-            .model
-            .file_name()
-            .map_or_else(|| path.clone(), |n| n.to_string_lossy().into_owned())
-    });
+    let model_name = args
+        .alias
+        .clone()
+        .unwrap_or_else(|| match &args.model.model {
+            Some(p) => p
+                .file_name()
+                .map_or_else(|| path.clone(), |n| n.to_string_lossy().into_owned()),
+            None => super::builtin::NAME.to_string(),
+        });
     eprintln!(
         "cachefit: {path} ({}, {} layers), {} KV cache, {} thread{} ({}), kernels {}",
         opened.cfg.arch.name(),

@@ -1,15 +1,15 @@
-//! `cachefit tokenize -m FILE [--ids] [--no-special] [--no-parse-special] TEXT`:
+//! `cachefit tokenize [-m FILE] [--ids] [--no-special] [--no-parse-special] TEXT`:
 //! the model's tokenization of a text, like llama.cpp's `llama-tokenize`.
 
+use super::builtin::ModelSource;
 use anyhow::{Context, Result};
-use gguf::GgufFile;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// GGUF model whose tokenizer to use.
+    /// GGUF model whose tokenizer to use (default: the built-in model).
     #[arg(short = 'm', long = "model")]
-    pub model: PathBuf,
+    pub model: Option<PathBuf>,
     /// Print only the token ids, as a list.
     #[arg(long)]
     pub ids: bool,
@@ -24,9 +24,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let file = GgufFile::open(&args.model)?;
+    let source = ModelSource::from_arg(args.model.as_ref());
+    let file = source.open(Default::default())?;
     let vocab = tokenize::Vocab::from_gguf(file.metadata())
-        .with_context(|| format!("{}: cannot load the tokenizer", args.model.display()))?;
+        .with_context(|| format!("{}: cannot load the tokenizer", source.shown()))?;
     let ids = vocab.encode(&args.text, !args.no_special, !args.no_parse_special);
     if args.ids {
         let list: Vec<String> = ids.iter().map(u32::to_string).collect();

@@ -8,8 +8,8 @@
 //! that lives in DRAM anyway, the evicted/clean ratio measures that
 //! contention more than lost residency.
 //!
-//! The thread is not pinned: nothing in the workspace can set a thread's
-//! affinity yet, so the OS places it. When the benchmark's threads plus
+//! With `--pin` the sweeper is pinned to the CPU after the benchmark's
+//! threads; otherwise the OS places it. When the benchmark's threads plus
 //! the sweeper outnumber the CPUs this process may use, they share a core
 //! and the report says so.
 
@@ -116,7 +116,7 @@ pub struct Evictor {
 impl Evictor {
     /// Start sweeping and return once the first full pass is done (so the
     /// caches already hold the sweeper's lines, not the model's).
-    pub fn start(plan: &Plan) -> Result<Evictor> {
+    pub fn start(plan: &Plan, pin: Option<usize>) -> Result<Evictor> {
         let stop = Arc::new(AtomicBool::new(false));
         let passes = Arc::new(AtomicU64::new(0));
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -124,7 +124,13 @@ impl Evictor {
         let (mode, s, p) = (plan.mode, Arc::clone(&stop), Arc::clone(&passes));
         let handle = std::thread::Builder::new()
             .name("cachefit-evict".into())
-            .spawn(move || sweep(mode, bytes, &s, &p, ready_tx))
+            .spawn(move || {
+                if let Some(cpu) = pin {
+                    // Best effort: an unpinned sweeper still evicts.
+                    let _ = machine::pin_current_thread(cpu);
+                }
+                sweep(mode, bytes, &s, &p, ready_tx)
+            })
             .context("starting the --evict thread")?;
         let e = Evictor {
             stop,
@@ -210,7 +216,7 @@ mod tests {
                 llc_bytes: Some(1 << 20),
                 cpus: 2.0,
             };
-            let e = Evictor::start(&plan).unwrap();
+            let e = Evictor::start(&plan, None).unwrap();
             assert!(e.stop() >= 1);
         }
     }

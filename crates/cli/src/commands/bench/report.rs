@@ -59,6 +59,8 @@ pub struct Row<'a> {
     pub level: Level,
     pub cpu_info: &'a str,
     pub shares_core: bool,
+    /// `--pin`: threads pinned to CPUs.
+    pub pinned: bool,
 }
 
 /// tokens/s of each repetition.
@@ -111,7 +113,7 @@ impl Row<'_> {
             ("n_ubatch", json!(self.n_batch)),
             ("n_threads", json!(self.n_threads)),
             ("cpu_mask", json!("0x0")),
-            ("cpu_strict", json!(false)),
+            ("cpu_strict", json!(self.pinned)),
             ("poll", json!(50)),
             ("type_k", json!(kv)),
             ("type_v", json!(kv)),
@@ -134,6 +136,16 @@ impl Row<'_> {
             ("samples_ns", json!(self.clean.samples_ns)),
             ("samples_ts", json!(ts)),
             ("test", json!(self.test.name())),
+            // Generated tokens per second of wall time, prompt included:
+            // the cache-fit reference design's decode figure.
+            (
+                "gen_ts_wall",
+                if self.test.n_gen > 0 {
+                    json!(self.test.n_gen as f64 * 1e9 / mean(&ns))
+                } else {
+                    Value::Null
+                },
+            ),
             ("kernels", json!(kernels::isa::selected().name())),
             ("ttft_ms_p50", ms(percentile(&self.clean.ttft_ns, 50.0))),
             ("ttft_ms_p99", ms(percentile(&self.clean.ttft_ns, 99.0))),

@@ -361,7 +361,8 @@ fn bad_flags_fail_with_a_message() {
             "more than the model's 256",
         ),
         (&["-m", "/no/such/model.gguf"], "not found"),
-        (&[], "no default model is built in yet; pass -m FILE"),
+        // No -m: the built-in model, with its own limits.
+        (&["-p", "2000", "-n", "0"], "more than the model's 1024"),
     ];
     for (args, want) in cases {
         let mut all = vec!["bench"];

@@ -195,7 +195,7 @@ fn clear_errors() {
     );
     let long = "word ".repeat(100);
     fails(&["run", "-m", &m, "-p", &long, "-c", "16"], "context of 16");
-    fails(&["run", "-m", &m], "--prompt");
+    fails(&["run", "-m", &m], "no prompt: give one");
     fails(
         &["run", "-m", &m, "-p", "x", "--cache-type", "q4_0"],
         "unknown cache type",
@@ -247,7 +247,7 @@ fn model_without_tokenizer_or_unknown_arch() {
         (
             "arch.gguf",
             "arch",
-            "not supported (supported: llama, qwen2, qwen3)",
+            "not supported (supported: llama, qwen2, qwen3, cachefit)",
         ),
     ] {
         let mut md = src.metadata().clone();

@@ -234,7 +234,9 @@ pub fn run(args: Args) -> Result<()> {
             machine.threads.reason
         );
     }
-    let evict = args.evict.map(|mode| evict::Plan::new(mode, &machine));
+    let evict = args
+        .evict
+        .map(|mode| evict::Plan::new(mode, &machine, args.pin));
     let mut printer = Printer::new(args.output, evict.is_some());
     let mut levels = levels::Probes::new(&machine);
     for source in &models {

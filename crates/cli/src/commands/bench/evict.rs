@@ -55,10 +55,12 @@ pub struct Plan {
     pub llc_bytes: Option<u64>,
     /// CPUs this process may keep busy (affinity, capped by the quota).
     pub cpus: f64,
+    /// `--pin`: the sweeper runs on the CPU after the benchmark's threads.
+    pub pinned: bool,
 }
 
 impl Plan {
-    pub fn new(mode: EvictMode, machine: &Machine) -> Plan {
+    pub fn new(mode: EvictMode, machine: &Machine, pinned: bool) -> Plan {
         let caches = &machine.caches;
         let llc = caches
             .l3
@@ -79,6 +81,7 @@ impl Plan {
             bytes,
             llc_bytes: llc,
             cpus,
+            pinned,
         }
     }
 
@@ -99,9 +102,14 @@ impl Plan {
             None => "last-level cache size unknown".to_string(),
         };
         format!(
-            "{} sweep of {} ({llc}) by one more thread, not pinned",
+            "{} sweep of {} ({llc}) by one more thread, {}",
             self.mode.name(),
-            human_bytes(self.bytes)
+            human_bytes(self.bytes),
+            if self.pinned {
+                "pinned to the CPU after the benchmark's"
+            } else {
+                "not pinned"
+            }
         )
     }
 }
@@ -215,6 +223,7 @@ mod tests {
                 bytes: 3 << 20,
                 llc_bytes: Some(1 << 20),
                 cpus: 2.0,
+                pinned: false,
             };
             let e = Evictor::start(&plan, None).unwrap();
             assert!(e.stop() >= 1);
@@ -228,6 +237,7 @@ mod tests {
             bytes: 1,
             llc_bytes: None,
             cpus: 2.0,
+            pinned: false,
         };
         assert!(!plan.shares_core(1));
         assert!(plan.shares_core(2));

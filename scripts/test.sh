@@ -108,8 +108,8 @@ else
     echo "*** NOTE: valgrind not installable; memcheck skipped ***"
 fi
 
-step "gates of the built-in model: int8 runtime vs float reference (release)"
-cargo test --release --quiet -p cachefit-train --test gates -- --ignored 2>&1 | grep -E "^test result|panicked|docs/gates.json"
+step "gates of the built-in model: int8 runtime vs float reference (~1 min)"
+cargo test --quiet -p cachefit-train --test gates -- --ignored 2>&1 | grep -E "^test result|panicked|docs/gates.json"
 test "${PIPESTATUS[0]}" -eq 0
 
 step "OpenAI client against cachefit serve (tests/openai)"

@@ -1,10 +1,18 @@
 //! `cachefit inspect` through the real binary.
 
-mod common;
-
-use common::cachefit;
-
 use std::process::Command;
+
+fn cachefit(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cachefit"))
+        .args(args)
+        .output()
+        .expect("run cachefit");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
 
 #[test]
 fn inspect_real_model_table_and_json() {

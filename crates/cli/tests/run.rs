@@ -1,8 +1,18 @@
 //! `cachefit run` through the real binary.
 
-mod common;
+use std::process::Command;
 
-use common::cachefit;
+fn cachefit(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cachefit"))
+        .args(args)
+        .output()
+        .expect("run cachefit");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
 
 fn model() -> Option<String> {
     testkit::model(testkit::SMOLLM2_Q4_1).map(|p| p.to_str().unwrap().to_string())

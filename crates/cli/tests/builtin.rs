@@ -3,19 +3,11 @@
 //! bytes on every run and thread count. `CACHEFIT_BLESS=1` rewrites the
 //! golden file (after a deliberate change of the model or the runtime).
 
-use std::process::{Command, Stdio};
+mod common;
 
-fn cachefit(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cachefit"))
-        .args(args)
-        .output()
-        .expect("run cachefit");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::cachefit;
+
+use std::process::{Command, Stdio};
 
 const GOLDEN: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -1,22 +1,13 @@
 //! `cachefit run` on a tiny random `cachefit`-architecture model (int8 and
 //! F32 matrices, byte-level tokenizer), through the real binary.
 
+mod common;
+
+use common::cachefit;
+
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
 use testkit::cachefit::{Spec, Storage, TinyCachefit, BYTE_VOCAB};
-
-fn cachefit(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cachefit"))
-        .args(args)
-        .output()
-        .expect("run cachefit");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn tiny(dir: &Path, storage: Storage) -> String {
     let spec = Spec {

@@ -1,21 +1,12 @@
 //! `cachefit info` through the real binary.
 
+mod common;
+
+use common::cachefit;
+
 use gguf::{Builder, GgmlType, Metadata, TensorSpec, Value};
 use serde_json::Value as Json;
 use std::path::Path;
-use std::process::Command;
-
-fn cachefit(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cachefit"))
-        .args(args)
-        .output()
-        .expect("run cachefit");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn info_json(args: &[&str]) -> Json {
     let mut all = vec!["info", "--quick", "--json"];

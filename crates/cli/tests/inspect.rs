@@ -1,18 +1,10 @@
 //! `cachefit inspect` through the real binary.
 
-use std::process::Command;
+mod common;
 
-fn cachefit(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cachefit"))
-        .args(args)
-        .output()
-        .expect("run cachefit");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::cachefit;
+
+use std::process::Command;
 
 #[test]
 fn inspect_real_model_table_and_json() {

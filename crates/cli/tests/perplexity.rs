@@ -5,21 +5,12 @@
 //! here and run by `scripts/test.sh` on a release build:
 //! `cargo test --release -p cachefit --test perplexity -- --ignored`.
 
+mod common;
+
+use common::cachefit;
+
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::Command;
-
-fn cachefit(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cachefit"))
-        .args(args)
-        .output()
-        .expect("run cachefit");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn shakespeare() -> PathBuf {
     testkit::workspace_root().join("data/tinyshakespeare.txt")

@@ -1,18 +1,8 @@
 //! `cachefit run` through the real binary.
 
-use std::process::Command;
+mod common;
 
-fn cachefit(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cachefit"))
-        .args(args)
-        .output()
-        .expect("run cachefit");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::cachefit;
 
 fn model() -> Option<String> {
     testkit::model(testkit::SMOLLM2_Q4_1).map(|p| p.to_str().unwrap().to_string())

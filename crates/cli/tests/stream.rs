@@ -1,18 +1,8 @@
 //! `cachefit stream` through the real binary.
 
-use std::process::Command;
+mod common;
 
-fn cachefit(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cachefit"))
-        .args(args)
-        .output()
-        .expect("run cachefit");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::cachefit;
 
 #[test]
 fn json_reports_positive_read_and_copy_bandwidth() {

@@ -154,13 +154,13 @@ pub fn evaluate(
     l: &Layout,
     params: &[f32],
     windows: &[&[u16]],
-    acts: &mut [Acts],
+    acts: Vec<&mut Acts>,
 ) -> f64 {
     let per = windows.len().div_ceil(acts.len()).max(1);
     let sums: Vec<(f64, usize)> = std::thread::scope(|s| {
         let handles: Vec<_> = windows
             .chunks(per)
-            .zip(acts.iter_mut())
+            .zip(acts)
             .map(|(chunk, a)| {
                 s.spawn(move || {
                     let mut sum = 0.0;
@@ -381,9 +381,8 @@ pub fn run(
             } else {
                 &ck.params
             };
-            let mut acts: Vec<Acts> = workers.drain(..).map(|(a, _)| a).collect();
-            let v = evaluate(net, &l, eval_params, &val, &mut acts);
-            workers = acts.into_iter().map(|a| (a, vec![0.0; l.len])).collect();
+            let acts = workers.iter_mut().map(|(a, _)| a).collect();
+            let v = evaluate(net, &l, eval_params, &val, acts);
             last_val = v;
             ck.last_val = v;
             let line = json!({

@@ -14,7 +14,7 @@
 use crate::isa::Isa;
 use crate::matvec::QMatrix;
 use crate::pool::ThreadPool;
-use crate::traits::VecDotFn;
+use crate::traits::{MultiDot, VecDotFn};
 use bytemuck::{Pod, Zeroable};
 
 /// A cache line: keeps each quantized activation row aligned for the block
@@ -55,9 +55,18 @@ impl MatmulScratch {
     }
 }
 
+/// Bytes of one quantized activation row: in the type's multi-dot layout
+/// where it has one, else its `vec_dot_type`.
+fn act_bytes(m: &QMatrix<'_>) -> usize {
+    match m.traits().multi {
+        Some(k) => (k.prepared_bytes)(m.cols()),
+        None => m.activation_bytes(),
+    }
+}
+
 /// Bytes between quantized activation rows: whole cache lines.
 fn act_stride(m: &QMatrix<'_>) -> usize {
-    m.activation_bytes().div_ceil(64).max(1) * 64
+    act_bytes(m).div_ceil(64).max(1) * 64
 }
 
 /// Weight bytes per chunk of rows handed to a thread in a batch: small
@@ -105,6 +114,9 @@ pub fn matmul_isa(
     }
     scratch.reserve(m, n);
     let stride = act_stride(m);
+    if let Some(multi) = m.traits().multi {
+        return matmul_multi(pool, isa, m, multi, xs, ys, scratch);
+    }
     let qbytes = m.activation_bytes();
     let xq: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut scratch.xq)[..n * stride];
     for (x, q) in xs.chunks_exact(cols).zip(xq.chunks_exact_mut(stride)) {
@@ -142,6 +154,51 @@ pub fn matmul_isa(
     for (r, yr) in yt.chunks_exact(n).enumerate() {
         for (t, &y) in yr.iter().enumerate() {
             ys[t * rows + r] = y;
+        }
+    }
+}
+
+/// [`matmul_isa`] through the type's multi-activation dot: a thread takes a
+/// chunk of weight rows and runs each against every activation, in one
+/// kernel call per chunk.
+fn matmul_multi(
+    pool: &ThreadPool,
+    isa: Isa,
+    m: &QMatrix<'_>,
+    multi: &MultiDot,
+    xs: &[f32],
+    ys: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
+    let (rows, cols) = (m.rows(), m.cols());
+    let n = xs.len() / cols;
+    let stride = act_stride(m);
+    let qbytes = act_bytes(m);
+    let xq: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut scratch.xq)[..n * stride];
+    for (x, q) in xs.chunks_exact(cols).zip(xq.chunks_exact_mut(stride)) {
+        (multi.prepare)(x, &mut q[..qbytes]);
+    }
+    let xq: &[u8] = xq;
+    let dot = (multi.dot_for)(isa);
+    let rb = m.row_bytes();
+    let data = m.data();
+    let rows_per_chunk = (CHUNK_BYTES / rb.max(1)).max(1);
+    // One token: the (rows, 1) output is already ys.
+    let out = if n == 1 {
+        &mut *ys
+    } else {
+        &mut scratch.yt[..n * rows]
+    };
+    pool.for_each_chunk_mut(out, rows_per_chunk * n, |start, out, _| {
+        let r0 = start / n;
+        let r1 = r0 + out.len() / n;
+        dot(&data[r0 * rb..r1 * rb], rb, xq, stride, n, out);
+    });
+    if n > 1 {
+        for (r, yr) in scratch.yt[..n * rows].chunks_exact(n).enumerate() {
+            for (t, &y) in yr.iter().enumerate() {
+                ys[t * rows + r] = y;
+            }
         }
     }
 }

@@ -301,6 +301,41 @@ pub fn matvec_isa(
     y: &mut [f32],
     scratch: &mut MatvecScratch,
 ) {
+    if let Some(multi) = m.traits.multi {
+        // The type's multi-activation dot with one activation: the same
+        // numbers a batch gives (see [`crate::matmul`]).
+        assert_eq!(
+            x.len(),
+            m.cols,
+            "matvec: x has {} elements, the matrix {} columns",
+            x.len(),
+            m.cols
+        );
+        assert_eq!(
+            y.len(),
+            m.rows,
+            "matvec: y has {} elements, the matrix {} rows",
+            y.len(),
+            m.rows
+        );
+        let bytes = (multi.prepared_bytes)(m.cols);
+        let xq = scratch.bytes(bytes);
+        (multi.prepare)(x, xq);
+        let xq: &[u8] = xq;
+        let dot = (multi.dot_for)(isa);
+        let rb = m.row_bytes;
+        pool.for_each_chunk_mut(y, rows_per_chunk(m, pool.n_threads()), |start, ys, _| {
+            dot(
+                &m.data[start * rb..(start + ys.len()) * rb],
+                rb,
+                xq,
+                bytes,
+                1,
+                ys,
+            );
+        });
+        return;
+    }
     let xq = scratch.quantize(m, x);
     matvec_quantized(pool, (m.traits.vec_dot_for)(isa), m, xq, y)
 }
@@ -441,7 +476,19 @@ mod tests {
                                 pool.n_threads()
                             );
                             // The same kernel on the same bytes: identical.
-                            assert_eq!(y[r].to_bits(), dot(m.row(r), xq).to_bits(), "{what}");
+                            let same = match tr.multi {
+                                Some(k) => {
+                                    let mut p = vec![0u32; (k.prepared_bytes)(case.cols) / 4];
+                                    let p: &mut [u8] = bytemuck::cast_slice_mut(&mut p);
+                                    (k.prepare)(&case.x, p);
+                                    let mut o = [0.0];
+                                    let rb = m.row_bytes();
+                                    (k.dot_for)(isa)(m.row(r), rb, p, p.len(), 1, &mut o);
+                                    o[0]
+                                }
+                                None => dot(m.row(r), xq),
+                            };
+                            assert_eq!(y[r].to_bits(), same.to_bits(), "{what}");
                             let (w, mag) = want[r];
                             assert!(
                                 (y[r] - w).abs() <= 1e-5 * mag + 1e-6,

@@ -18,6 +18,28 @@ pub type VecDotFn = fn(w: &[u8], a: &[u8]) -> f32;
 pub type ToFloatFn = fn(src: &[u8], dst: &mut [f32]);
 /// Quantize `src` (a whole number of blocks) into `dst` bytes.
 pub type FromFloatFn = fn(src: &[f32], dst: &mut [u8]);
+/// `out[r·n + c] = dot(row r of w, activation c)` for the rows of `w`
+/// (`row_bytes` each) and `n` activations prepared by [`MultiDot::prepare`],
+/// the `c`-th starting at byte `c · stride` of `acts` (4-aligned).
+pub type MultiDotFn =
+    fn(w: &[u8], row_bytes: usize, acts: &[u8], stride: usize, n: usize, out: &mut [f32]);
+
+/// A dot product that takes one weight row against several activations at
+/// once, so the work of unpacking a weight block is shared by all of them:
+/// what batched decode (several sequences, one pass over the weights) needs.
+///
+/// The activations come in a layout of the kernel's own, made once per
+/// activation by `prepare`. Each `out[c]` is bit-identical whatever the
+/// number of activations in the call (the kernels run the same operations
+/// per activation), so a batch gives the same numbers as one at a time.
+pub struct MultiDot {
+    /// Bytes of one prepared activation of `cols` elements.
+    pub prepared_bytes: fn(cols: usize) -> usize,
+    /// Quantize `x` into `dst` (`prepared_bytes(x.len())` bytes, 4-aligned).
+    pub prepare: FromFloatFn,
+    /// The kernel for an instruction set (scalar where the CPU lacks it).
+    pub dot_for: fn(Isa) -> MultiDotFn,
+}
 
 pub struct TypeTraits {
     pub ty: GgmlType,
@@ -33,6 +55,9 @@ pub struct TypeTraits {
     /// The fastest dot for an instruction set; returns the scalar one for
     /// sets the type has no kernel for or the CPU does not support.
     pub vec_dot_for: fn(Isa) -> VecDotFn,
+    /// The several-activation dot, for types that have one; products go
+    /// through it instead of `vec_dot` when it is there.
+    pub multi: Option<&'static MultiDot>,
 }
 
 impl TypeTraits {

@@ -9,6 +9,7 @@ pub mod f16;
 pub mod f32;
 pub mod iq4_nl;
 pub mod k_common;
+pub mod multi;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
@@ -20,6 +21,7 @@ pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
 pub mod q8_k;
+pub mod q8_pairs;
 pub mod tq1_0;
 pub mod tq2_0;
 

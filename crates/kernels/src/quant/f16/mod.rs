@@ -23,6 +23,7 @@ pub const TRAITS: TypeTraits = TypeTraits {
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
     vec_dot_for,
+    multi: None,
 };
 
 /// Round each value to the nearest f16 (ties to even; overflow to ±inf).

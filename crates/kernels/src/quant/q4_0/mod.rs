@@ -4,7 +4,7 @@
 
 use crate::isa::Isa;
 use crate::quant::q8_0::BlockQ8_0;
-use crate::traits::{TypeTraits, VecDotFn};
+use crate::traits::{MultiDot, TypeTraits, VecDotFn};
 use bytemuck::{Pod, Zeroable};
 use gguf::GgmlType;
 use half::f16;
@@ -31,7 +31,11 @@ pub const TRAITS: TypeTraits = TypeTraits {
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
     vec_dot_for,
+    multi: Some(&MULTI),
 };
+
+/// Batched decode: one row against several activations in Q8 pairs.
+pub const MULTI: MultiDot = crate::quant::multi::multi_dot::<BlockQ4_0>();
 
 /// `quantize_row_q4_0_ref`: the signed value of largest magnitude maps to
 /// -8 exactly; its opposite would be +8 and is clipped to 7.
@@ -166,6 +170,11 @@ mod tests {
     #[test]
     fn simd_matches_ref() {
         check_simd_matches_ref(&TRAITS, false);
+    }
+
+    #[test]
+    fn multi_dot_matches_alone_and_ref() {
+        check_multi_dot(&TRAITS, false);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use crate::isa::Isa;
 use crate::quant::q8_0::BlockQ8_0;
-use crate::traits::{TypeTraits, VecDotFn};
+use crate::traits::{MultiDot, TypeTraits, VecDotFn};
 use bytemuck::{Pod, Zeroable};
 use gguf::GgmlType;
 use half::f16;
@@ -33,7 +33,11 @@ pub const TRAITS: TypeTraits = TypeTraits {
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
     vec_dot_for,
+    multi: Some(&MULTI),
 };
+
+/// Batched decode: one row against several activations in Q8 pairs.
+pub const MULTI: MultiDot = crate::quant::multi::multi_dot::<BlockQ4_1>();
 
 /// Block minimum and maximum the way ggml scans them (min from +FLT_MAX,
 /// max from -FLT_MAX).
@@ -178,6 +182,11 @@ mod tests {
     #[test]
     fn exact_with_minus_128_activations() {
         check_full_range_activations(&TRAITS, true, false);
+    }
+
+    #[test]
+    fn multi_dot_matches_alone_and_ref() {
+        check_multi_dot(&TRAITS, true);
     }
 
     #[test]

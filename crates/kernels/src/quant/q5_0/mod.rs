@@ -30,6 +30,7 @@ pub const TRAITS: TypeTraits = TypeTraits {
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
     vec_dot_for,
+    multi: None,
 };
 
 /// Packs 32 five-bit quants: low nibbles into `qs`, bit 4 into `qh`.

@@ -271,3 +271,62 @@ pub fn check_full_range_activations(t: &TypeTraits, has_min: bool, avx2_sign_tri
         }
     }
 }
+
+/// The multi-activation dot ([`TypeTraits::multi`]) for every kernel set:
+/// each output is bit-identical to the same kernel run on that row and
+/// activation alone, and within f32 rounding of the reference `vec_dot`
+/// on the Q8_0 activation; odd block counts, odd row and activation
+/// counts, and strides that are not whole cache lines.
+pub fn check_multi_dot(t: &TypeTraits, has_min: bool) {
+    let multi = t.multi.expect("the type has a multi-activation dot");
+    let mut r = rng(13);
+    for nb in [1, 2, 3, 5, 18, 19] {
+        let cols = nb * QK8_0;
+        for (rows, n) in [(1, 1), (3, 2), (2, 5), (4, 11), (1, 16)] {
+            let w = quantize(t, &weights(&mut r, rows * cols));
+            let xs: Vec<Vec<f32>> = (0..n).map(|_| weights(&mut r, cols)).collect();
+            let bytes = (multi.prepared_bytes)(cols);
+            let stride = bytes + 4 * (n % 3); // 4-aligned, not always 64
+            let mut buf = vec![0u32; (n * stride).div_ceil(4)];
+            let acts: &mut [u8] = bytemuck::cast_slice_mut(&mut buf);
+            for (c, x) in xs.iter().enumerate() {
+                (multi.prepare)(x, &mut acts[c * stride..c * stride + bytes]);
+            }
+            let acts: &[u8] = acts;
+            let q8: Vec<Vec<u8>> = xs
+                .iter()
+                .map(|x| {
+                    let mut q = vec![BlockQ8_0::zeroed(); nb];
+                    super::quantize_row_activation(x, &mut q);
+                    bytemuck::cast_slice(&q).to_vec()
+                })
+                .collect();
+            let rb = t.row_bytes(cols);
+            for isa in Isa::supported() {
+                let dot = (multi.dot_for)(isa);
+                let mut out = vec![f32::NAN; rows * n];
+                dot(&w, rb, acts, stride, n, &mut out);
+                for (ri, row) in w.chunks_exact(rb).enumerate() {
+                    for c in 0..n {
+                        let got = out[ri * n + c];
+                        let mut alone = [f32::NAN];
+                        dot(row, rb, &acts[c * stride..], stride, 1, &mut alone);
+                        assert_eq!(
+                            got.to_bits(),
+                            alone[0].to_bits(),
+                            "{:?} {isa:?} nb {nb} rows {rows} n {n}: row {ri} act {c}",
+                            t.ty
+                        );
+                        let want = (t.vec_dot_ref)(row, &q8[c]);
+                        let tol = 1e-5 * magnitude(t, row, &q8[c], has_min) as f32 + 1e-30;
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "{:?} {isa:?} nb {nb}: {got} vs {want} (tol {tol})",
+                            t.ty
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -44,6 +44,7 @@ pub const TRAITS: TypeTraits = TypeTraits {
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
     vec_dot_for,
+    multi: None,
 };
 
 const POW3: [u8; 6] = [1, 3, 9, 27, 81, 243];

@@ -34,6 +34,7 @@ pub const TRAITS: TypeTraits = TypeTraits {
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
     vec_dot_for,
+    multi: None,
 };
 
 /// `quantize_row_tq2_0_ref`.

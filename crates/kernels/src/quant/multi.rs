@@ -1,0 +1,208 @@
+//! Multi-activation dots for the 32-element block types ([`MultiDot`]):
+//! one weight row against up to 8 activations in [`Q8Pairs`] layout, so a
+//! weight block is loaded and unpacked once for all of them.
+//!
+//! Every type here is `d·q + m` per element with integer quants `q`, where
+//! `m` is a stored minimum (Q4_1) or a fixed multiple of `d` (Q4_0: −8d; Q8_0
+//! on AVX-512, whose quants are offset by 128 to be unsigned: −128d). A
+//! block then contributes `(d·dy)·Σq·y + m·(dy·Σy)`; `dy` and `dy·Σy` come
+//! precomputed with the activation, `Σq·y` from one integer dot.
+
+use crate::isa::Isa;
+use crate::quant::q4_0::BlockQ4_0;
+use crate::quant::q4_1::BlockQ4_1;
+use crate::quant::q8_0::BlockQ8_0;
+use crate::quant::q8_pairs::{self, Q8Pairs};
+use crate::traits::{MultiDot, MultiDotFn};
+use bytemuck::Pod;
+use half::f16;
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+/// How a block stores its quants.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Quants {
+    /// 16 bytes, element j in the low nibble of byte j and element j + 16
+    /// in the high nibble; q ∈ [0, 15].
+    Nibbles,
+    /// 32 signed bytes.
+    Signed8,
+}
+
+/// A 32-element block type the multi-activation kernels take.
+pub(crate) trait MultiBlock: Pod + Sync {
+    const QUANTS: Quants;
+    /// `m = MIN_FACTOR · min_field()` for the scalar and AVX2 kernels, which
+    /// dot the quants as stored.
+    const MIN_FACTOR: f32;
+    /// The same for AVX-512, whose `dpbusd` wants unsigned quants: signed
+    /// ones are offset by +128 there.
+    const MIN_FACTOR_512: f32;
+    fn d(&self) -> f16;
+    /// The stored minimum, or `d` for types whose minimum is a multiple of it.
+    fn min_field(&self) -> f16;
+    /// 16 bytes of nibbles or 32 signed bytes, per [`MultiBlock::QUANTS`].
+    fn qs(&self) -> &[u8];
+}
+
+impl MultiBlock for BlockQ4_0 {
+    const QUANTS: Quants = Quants::Nibbles;
+    const MIN_FACTOR: f32 = -8.0;
+    const MIN_FACTOR_512: f32 = -8.0;
+    fn d(&self) -> f16 {
+        self.d
+    }
+    fn min_field(&self) -> f16 {
+        self.d
+    }
+    fn qs(&self) -> &[u8] {
+        &self.qs
+    }
+}
+
+impl MultiBlock for BlockQ4_1 {
+    const QUANTS: Quants = Quants::Nibbles;
+    const MIN_FACTOR: f32 = 1.0;
+    const MIN_FACTOR_512: f32 = 1.0;
+    fn d(&self) -> f16 {
+        self.d
+    }
+    fn min_field(&self) -> f16 {
+        self.m
+    }
+    fn qs(&self) -> &[u8] {
+        &self.qs
+    }
+}
+
+impl MultiBlock for BlockQ8_0 {
+    const QUANTS: Quants = Quants::Signed8;
+    const MIN_FACTOR: f32 = 0.0;
+    const MIN_FACTOR_512: f32 = -128.0;
+    fn d(&self) -> f16 {
+        self.d
+    }
+    fn min_field(&self) -> f16 {
+        self.d
+    }
+    fn qs(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.qs)
+    }
+}
+
+/// The [`MultiDot`] of block type `B`.
+pub(crate) const fn multi_dot<B: MultiBlock>() -> MultiDot {
+    MultiDot {
+        prepared_bytes: q8_pairs::prepared_bytes,
+        prepare: q8_pairs::prepare,
+        dot_for: dot_for::<B>,
+    }
+}
+
+/// Activation `c` of a call, viewed for rows of `nb` blocks.
+pub(crate) fn activation(acts: &[u8], stride: usize, nb: usize, c: usize) -> Q8Pairs<'_> {
+    Q8Pairs::new(&acts[c * stride..], nb.div_ceil(2))
+}
+
+/// Σ q·y of one block with the quants as stored.
+fn block_isum<B: MultiBlock>(x: &B, y: &[i8]) -> i32 {
+    match B::QUANTS {
+        Quants::Nibbles => {
+            let (lo, hi) = y.split_at(16);
+            x.qs()
+                .iter()
+                .zip(lo)
+                .zip(hi)
+                .map(|((&q, &a), &b)| (q & 0x0f) as i32 * a as i32 + (q >> 4) as i32 * b as i32)
+                .sum()
+        }
+        Quants::Signed8 => x
+            .qs()
+            .iter()
+            .zip(y)
+            .map(|(&q, &a)| q as i8 as i32 * a as i32)
+            .sum(),
+    }
+}
+
+/// Scalar twin of the kernels: per block (d·dy)·Σq·y + m·(dy·Σy), in block
+/// order.
+pub(crate) fn dot_ref<B: MultiBlock>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[u8],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    let nb = row_bytes / std::mem::size_of::<B>();
+    for (row, out) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
+        let row: &[B] = bytemuck::cast_slice(row);
+        for (c, o) in out.iter_mut().enumerate() {
+            let a = activation(acts, stride, nb, c);
+            let mut sum = 0.0f32;
+            for (b, x) in row.iter().enumerate() {
+                let sumi = block_isum(x, &a.qs[32 * b..32 * b + 32]);
+                let m = B::MIN_FACTOR * x.min_field().to_f32();
+                sum += x.d().to_f32() * a.dy[8 * b] * sumi as f32 + m * a.sy[2 * b + 1];
+            }
+            *o = sum;
+        }
+    }
+}
+
+/// Runs `$group::<B, N>` over the rows of `$w` for the activations in groups
+/// of 8, 4, 2 and 1 (none larger than `$max`); a group's views are made
+/// once for all rows.
+macro_rules! in_groups {
+    ($group:ident, $B:ty, $max:expr, $w:expr, $rb:expr, $acts:expr, $stride:expr, $n:expr, $out:expr) => {{
+        let (w, rb, acts, stride, n, out): (&[u8], usize, &[u8], usize, usize, &mut [f32]) =
+            ($w, $rb, $acts, $stride, $n, $out);
+        let nb = rb / std::mem::size_of::<$B>();
+        let mut c = 0;
+        while c < n {
+            let left = (n - c).min($max);
+            macro_rules! rows {
+                ($size:literal) => {{
+                    let a: [Q8Pairs<'_>; $size] =
+                        core::array::from_fn(|k| activation(acts, stride, nb, c + k));
+                    for (row, o) in w.chunks_exact(rb).zip(out.chunks_exact_mut(n)) {
+                        let row: &[$B] = bytemuck::cast_slice(row);
+                        o[c..c + $size].copy_from_slice(&$group::<$B, $size>(row, a));
+                    }
+                    $size
+                }};
+            }
+            c += match left {
+                8.. => rows!(8),
+                4.. => rows!(4),
+                2.. => rows!(2),
+                _ => rows!(1),
+            };
+        }
+    }};
+}
+
+fn dot_for<B: MultiBlock>(isa: Isa) -> MultiDotFn {
+    // SAFETY: the dispatch invariant (see `crate::isa`): a kernel compiled
+    // with `#[target_feature]` is handed out only for an `isa` this CPU
+    // supports.
+    if !isa.is_supported() {
+        return dot_ref::<B>;
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => |w, rb, a, s, n, o| {
+            use x86::group_avx512 as group;
+            unsafe { in_groups!(group, B, 8, w, rb, a, s, n, o) }
+        },
+        // Four at most: eight would not leave the accumulators in 16 registers.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => |w, rb, a, s, n, o| {
+            use x86::group_avx2 as group;
+            unsafe { in_groups!(group, B, 4, w, rb, a, s, n, o) }
+        },
+        _ => dot_ref::<B>,
+    }
+}

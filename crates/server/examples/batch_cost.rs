@@ -1,6 +1,6 @@
 //! Time of one decode pass over `n` slots, each at position `pos`: how
 //! much batching saves per token. `cargo run --release -p cachefit-server
-//! --example batch_cost -- MODEL.gguf [THREADS]`
+//! --example batch_cost -- MODEL.gguf [THREADS [SLOTS,...]]`
 use kernels::pool::ThreadPool;
 use model::{forward_tokens, ModelConfig, State, StateOptions, Token, Weights};
 use std::time::Instant;
@@ -9,12 +9,15 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let path = args.next().expect("usage: batch_cost MODEL.gguf [THREADS]");
     let threads: usize = args.next().map_or(2, |t| t.parse().expect("threads"));
+    let slots: Vec<usize> = args.next().map_or(vec![1, 2, 4, 8, 16], |s| {
+        s.split(',').map(|n| n.parse().expect("slots")).collect()
+    });
     let file = gguf::GgufFile::open(&path).expect("open");
     let cfg = ModelConfig::from_gguf(file.metadata()).expect("config");
     let w = Weights::from_gguf(&file, &cfg).expect("weights");
     let pool = ThreadPool::new(threads);
     let pos = 100;
-    for n in [1usize, 2, 4, 8, 16] {
+    for n in slots {
         let opts = StateOptions {
             n_seq: n,
             n_batch: 128,
@@ -43,7 +46,7 @@ fn main() {
                 logits: true,
             })
             .collect();
-        let reps = 20;
+        let reps = 50;
         let t0 = Instant::now();
         for _ in 0..reps {
             forward_tokens(&cfg, &w, &mut s, &pool, &batch);

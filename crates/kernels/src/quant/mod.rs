@@ -21,7 +21,7 @@ pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
 pub mod q8_k;
-pub mod q8_pairs;
+pub mod q8_quads;
 pub mod tq1_0;
 pub mod tq2_0;
 

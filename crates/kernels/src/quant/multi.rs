@@ -1,6 +1,7 @@
 //! Multi-activation dots for the 32-element block types ([`MultiDot`]):
-//! one weight row against up to 8 activations in [`Q8Pairs`] layout, so a
-//! weight block is loaded and unpacked once for all of them.
+//! one weight row against up to 8 activations in [`Q8Quads`] layout, so a
+//! weight block is loaded and unpacked once for all of them, four blocks at
+//! a time.
 //!
 //! Every type here is `d·q + m` per element with integer quants `q`, where
 //! `m` is a stored minimum (Q4_1) or a fixed multiple of `d` (Q4_0: −8d; Q8_0
@@ -12,7 +13,7 @@ use crate::isa::Isa;
 use crate::quant::q4_0::BlockQ4_0;
 use crate::quant::q4_1::BlockQ4_1;
 use crate::quant::q8_0::BlockQ8_0;
-use crate::quant::q8_pairs::{self, Q8Pairs};
+use crate::quant::q8_quads::{self, Q8Quads};
 use crate::traits::{MultiDot, MultiDotFn};
 use bytemuck::Pod;
 use half::f16;
@@ -94,34 +95,26 @@ impl MultiBlock for BlockQ8_0 {
 /// The [`MultiDot`] of block type `B`.
 pub(crate) const fn multi_dot<B: MultiBlock>() -> MultiDot {
     MultiDot {
-        prepared_bytes: q8_pairs::prepared_bytes,
-        prepare: q8_pairs::prepare,
+        prepared_bytes: q8_quads::prepared_bytes,
+        prepare: q8_quads::prepare,
         dot_for: dot_for::<B>,
     }
 }
 
 /// Activation `c` of a call, viewed for rows of `nb` blocks.
-pub(crate) fn activation(acts: &[u8], stride: usize, nb: usize, c: usize) -> Q8Pairs<'_> {
-    Q8Pairs::new(&acts[c * stride..], nb.div_ceil(2))
+pub(crate) fn activation(acts: &[u8], stride: usize, nb: usize, c: usize) -> Q8Quads<'_> {
+    Q8Quads::new(&acts[c * stride..], nb.div_ceil(4))
 }
 
-/// Σ q·y of one block with the quants as stored.
-fn block_isum<B: MultiBlock>(x: &B, y: &[i8]) -> i32 {
+/// Σ q·y of block `b` with the quants as stored.
+fn block_isum<B: MultiBlock>(x: &B, a: &Q8Quads<'_>, b: usize) -> i32 {
+    let y = |j| a.quant(b, j) as i32;
     match B::QUANTS {
-        Quants::Nibbles => {
-            let (lo, hi) = y.split_at(16);
-            x.qs()
-                .iter()
-                .zip(lo)
-                .zip(hi)
-                .map(|((&q, &a), &b)| (q & 0x0f) as i32 * a as i32 + (q >> 4) as i32 * b as i32)
-                .sum()
-        }
-        Quants::Signed8 => x
-            .qs()
-            .iter()
-            .zip(y)
-            .map(|(&q, &a)| q as i8 as i32 * a as i32)
+        Quants::Nibbles => (x.qs().iter().enumerate())
+            .map(|(j, &q)| (q & 0x0f) as i32 * y(j) + (q >> 4) as i32 * y(j + 16))
+            .sum(),
+        Quants::Signed8 => (x.qs().iter().enumerate())
+            .map(|(j, &q)| q as i8 as i32 * y(j))
             .sum(),
     }
 }
@@ -143,9 +136,9 @@ pub(crate) fn dot_ref<B: MultiBlock>(
             let a = activation(acts, stride, nb, c);
             let mut sum = 0.0f32;
             for (b, x) in row.iter().enumerate() {
-                let sumi = block_isum(x, &a.qs[32 * b..32 * b + 32]);
+                let sumi = block_isum(x, &a, b);
                 let m = B::MIN_FACTOR * x.min_field().to_f32();
-                sum += x.d().to_f32() * a.dy[8 * b] * sumi as f32 + m * a.sy[2 * b + 1];
+                sum += x.d().to_f32() * a.scale(b) * sumi as f32 + m * a.scaled_sum(b);
             }
             *o = sum;
         }
@@ -165,7 +158,7 @@ macro_rules! in_groups {
             let left = (n - c).min($max);
             macro_rules! rows {
                 ($size:literal) => {{
-                    let a: [Q8Pairs<'_>; $size] =
+                    let a: [Q8Quads<'_>; $size] =
                         core::array::from_fn(|k| activation(acts, stride, nb, c + k));
                     for (row, o) in w.chunks_exact(rb).zip(out.chunks_exact_mut(n)) {
                         let row: &[$B] = bytemuck::cast_slice(row);

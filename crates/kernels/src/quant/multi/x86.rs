@@ -1,163 +1,247 @@
-//! x86-64 multi-activation kernels (see the parent module).
+//! x86-64 multi-activation kernels (see the parent module and
+//! [`crate::quant::q8_quads`] for the layout).
+//!
+//! No closures, `Option` combinators or generic helper functions in these
+//! kernels: a closure does not inherit `#[target_feature]` and LLVM declines
+//! to inline generic helpers here, so the intrinsics in them become calls.
+//! Generic pieces are macros instead.
 
 use super::{MultiBlock, Quants};
 use crate::quant::q8_0::x86::*;
-use crate::quant::q8_pairs::Q8Pairs;
+use crate::quant::q8_quads::Q8Quads;
 use core::arch::x86_64::*;
-use half::f16;
 
-/// Sum of four lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn hsum_f32x4(v: __m128) -> f32 {
-    let s = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-}
-
-/// Weight pair `i` of a row: [d₀, m₀, d₁, m₁] as f32 (m from `$factor`, see
-/// [`MultiBlock`]), and the blocks (the second `None` past the end of an
-/// odd row: it counts as all zero).
-///
-/// No closures or `Option` combinators in these kernels: a closure does not
-/// inherit `#[target_feature]`, so the intrinsics in it become calls.
-macro_rules! weight_pair {
-    ($w:expr, $i:expr, $factor:expr) => {{
-        let b0 = &$w[2 * $i];
-        let b1 = $w.get(2 * $i + 1);
-        let (d1, m1) = match b1 {
-            Some(b) => (b.d(), b.min_field()),
-            None => (f16::ZERO, f16::ZERO),
-        };
-        let s = f16x4(b0.d(), b0.min_field(), d1, m1);
-        (
-            _mm_mul_ps(s, _mm_setr_ps(1.0, $factor, 1.0, $factor)),
-            b0,
-            b1,
-        )
+/// The blocks of quad `$q` of row `$w` (`None` past the end of the row:
+/// they count as all zero), and their [d₀, m₀, d₁, m₁, …] as f32 with m
+/// from `$factor` (see [`MultiBlock`]).
+macro_rules! weight_quad {
+    ($w:expr, $q:expr, $factor:expr) => {{
+        let w = $w;
+        let b = [
+            w.get(4 * $q),
+            w.get(4 * $q + 1),
+            w.get(4 * $q + 2),
+            w.get(4 * $q + 3),
+        ];
+        let mut h = [0u16; 8];
+        for k in 0..4 {
+            if let Some(x) = b[k] {
+                h[2 * k] = x.d().to_bits();
+                h[2 * k + 1] = x.min_field().to_bits();
+            }
+        }
+        // SAFETY: an unaligned 16-byte load from a 16-byte array.
+        let bits = unsafe { _mm_loadu_si128(h.as_ptr().cast()) };
+        let f = $factor;
+        let dm = _mm256_mul_ps(
+            _mm256_cvtph_ps(bits),
+            _mm256_setr_ps(1.0, f, 1.0, f, 1.0, f, 1.0, f),
+        );
+        (b, dm)
     }};
 }
 
-/// 32 quants of a block as bytes in element order: nibbles unpacked, or the
-/// signed bytes as stored.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn quants_256<B: MultiBlock>(b: &B) -> __m256i {
-    match B::QUANTS {
-        Quants::Nibbles => nibbles_32(b.qs().try_into().unwrap()),
-        Quants::Signed8 => load_i8x32(bytemuck::cast_slice(b.qs()).try_into().unwrap()),
-    }
+/// 16 quant bytes of block `$b` from byte `$off` of its quants, zero for a
+/// missing block.
+macro_rules! part {
+    ($b:expr, $off:expr) => {
+        match $b {
+            // SAFETY: qs() is 16 (nibbles) or 32 (bytes) long and $off + 16
+            // stays within it.
+            Some(x) => {
+                let qs = x.qs();
+                assert!($off + 16 <= qs.len());
+                unsafe { _mm_loadu_si128(qs.as_ptr().add($off).cast()) }
+            }
+            None => _mm_setzero_si128(),
+        }
+    };
 }
 
-/// Checks that every activation holds the pairs of a `nb`-block row: the
+/// Checks that every activation holds the quads of a `nb`-block row: the
 /// bound the unchecked loads below rely on.
-fn check_pairs(nb: usize, acts: &[Q8Pairs<'_>]) -> usize {
-    let p = nb.div_ceil(2);
+fn check_quads(nb: usize, acts: &[Q8Quads<'_>]) -> usize {
+    let q = nb.div_ceil(4);
     for a in acts {
-        assert!(a.qs.len() >= 64 * p && a.dy.len() >= 16 * p && a.sy.len() >= 4 * p);
+        assert!(a.qs.len() >= 128 * q && a.dy.len() >= 16 * q && a.sy.len() >= 8 * q);
     }
-    p
+    q
+}
+
+/// Four 128-bit parts → one 512-bit register, `a` lowest.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+fn quad_i(a: __m128i, b: __m128i, c: __m128i, d: __m128i) -> __m512i {
+    let lo = _mm256_set_m128i(b, a);
+    let hi = _mm256_set_m128i(d, c);
+    pair_i(lo, hi)
 }
 
 /// `N` dots of one row. Per activation the operations are the same for
-/// every `N` (so results are too): per pair one `dpbusd`, the block scales
-/// d·dy on 16 lanes times the converted integer sums, and m·dy·Σy on a
-/// 4-lane side accumulator.
+/// every `N` (so results are too): per quad of blocks two `dpbusd` into
+/// one register (4 lanes per block), then one convert, one scale product
+/// d·dy and one FMA on 16 lanes, and m·dy·Σy on an 8-lane side accumulator.
 ///
 /// # Safety
 /// The CPU must support the [`crate::Isa::Avx512`] feature set.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 pub unsafe fn group_avx512<B: MultiBlock, const N: usize>(
     w: &[B],
-    acts: [Q8Pairs<'_>; N],
+    acts: [Q8Quads<'_>; N],
 ) -> [f32; N] {
-    let p = check_pairs(w.len(), &acts);
+    let nq = check_quads(w.len(), &acts);
     let mut acc = [_mm512_setzero_ps(); N];
-    let mut accm = [_mm_setzero_ps(); N];
-    let lanes_0_2 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(2), 1);
-    for i in 0..p {
-        let (s, b0, b1) = weight_pair!(w, i, B::MIN_FACTOR_512);
-        let q = match (B::QUANTS, b1) {
-            (Quants::Nibbles, Some(b1)) => {
-                nibbles_pair(b0.qs().try_into().unwrap(), b1.qs().try_into().unwrap())
-            }
-            (_, Some(b1)) => pair_i(quants_256(b0), quants_256(b1)),
-            (_, None) => pair_i(quants_256(b0), _mm256_setzero_si256()),
-        };
-        // Signed quants + 128 → unsigned for dpbusd (m carries −128·d). The
-        // zero padding of an odd row becomes 128 but meets zero activations.
-        let q = match B::QUANTS {
-            Quants::Signed8 => _mm512_xor_si512(q, _mm512_set1_epi8(-128)),
-            Quants::Nibbles => q,
-        };
-        let dw = _mm512_permutexvar_ps(lanes_0_2, _mm512_castps128_ps512(s));
-        for (a, (acc, accm)) in acts.iter().zip(acc.iter_mut().zip(accm.iter_mut())) {
-            // SAFETY: i < p and check_pairs saw 64·p quants, 16·p scales and
-            // 4·p sums in every activation.
-            let (y, dy, sy) = unsafe {
+    let mut accm = [_mm256_setzero_ps(); N];
+    let lanes = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    for q in 0..nq {
+        let (b, dm) = weight_quad!(w, q, B::MIN_FACTOR_512);
+        let (qa, qb) = match B::QUANTS {
+            Quants::Nibbles => {
+                let v = quad_i(
+                    part!(b[0], 0),
+                    part!(b[1], 0),
+                    part!(b[2], 0),
+                    part!(b[3], 0),
+                );
+                let m = _mm512_set1_epi8(0x0f);
                 (
-                    _mm512_loadu_si512(a.qs.as_ptr().add(64 * i).cast()),
-                    _mm512_loadu_ps(a.dy.as_ptr().add(16 * i)),
-                    _mm_loadu_ps(a.sy.as_ptr().add(4 * i)),
+                    _mm512_and_si512(v, m),
+                    _mm512_and_si512(_mm512_srli_epi16(v, 4), m),
+                )
+            }
+            Quants::Signed8 => {
+                // + 128 → unsigned for dpbusd (m carries −128·d). Missing
+                // blocks become 128 but meet zero activations.
+                let o = _mm512_set1_epi8(-128);
+                let a = quad_i(
+                    part!(b[0], 0),
+                    part!(b[1], 0),
+                    part!(b[2], 0),
+                    part!(b[3], 0),
+                );
+                let c = quad_i(
+                    part!(b[0], 16),
+                    part!(b[1], 16),
+                    part!(b[2], 16),
+                    part!(b[3], 16),
+                );
+                (_mm512_xor_si512(a, o), _mm512_xor_si512(c, o))
+            }
+        };
+        let dw = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(dm));
+        for (a, (acc, accm)) in acts.iter().zip(acc.iter_mut().zip(accm.iter_mut())) {
+            // SAFETY: q < nq and check_quads saw 128·nq quants, 16·nq
+            // scales and 8·nq sums in every activation.
+            let (ya, yb, dy, sy) = unsafe {
+                (
+                    _mm512_loadu_si512(a.qs.as_ptr().add(128 * q).cast()),
+                    _mm512_loadu_si512(a.qs.as_ptr().add(128 * q + 64).cast()),
+                    _mm512_loadu_ps(a.dy.as_ptr().add(16 * q)),
+                    _mm256_loadu_ps(a.sy.as_ptr().add(8 * q)),
                 )
             };
-            let dot = _mm512_cvtepi32_ps(dpbusd(q, y));
-            *acc = _mm512_fmadd_ps(dot, _mm512_mul_ps(dw, dy), *acc);
-            *accm = _mm_fmadd_ps(s, sy, *accm);
+            let sums =
+                _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), qa, ya), qb, yb);
+            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(dw, dy), *acc);
+            *accm = _mm256_fmadd_ps(dm, sy, *accm);
         }
     }
     let mut out = [0.0; N];
     for c in 0..N {
-        out[c] = _mm512_reduce_add_ps(acc[c]) + hsum_f32x4(accm[c]);
+        // One reduction: the side sums join the low 8 lanes first.
+        out[c] = _mm512_reduce_add_ps(_mm512_add_ps(acc[c], _mm512_zextps256_ps512(accm[c])));
     }
     out
 }
 
-/// [`group_avx512`] with 256-bit registers: the two blocks of a pair go
-/// through `maddubs` one after the other into one accumulator; signed quants
-/// use the sign trick (exact: activations never hold −128).
+/// [`group_avx512`] with 256-bit registers: blocks 0–1 and 2–3 of a quad
+/// each go through `maddubs` into 8 lanes; signed quants use the sign trick
+/// (exact: activations never hold −128).
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn group_avx2<B: MultiBlock, const N: usize>(
     w: &[B],
-    acts: [Q8Pairs<'_>; N],
+    acts: [Q8Quads<'_>; N],
 ) -> [f32; N] {
-    let p = check_pairs(w.len(), &acts);
+    let nq = check_quads(w.len(), &acts);
     let mut acc = [_mm256_setzero_ps(); N];
-    let mut accm = [_mm_setzero_ps(); N];
-    for i in 0..p {
-        let (s, b0, b1) = weight_pair!(w, i, B::MIN_FACTOR);
-        let q0 = quants_256(b0);
-        let q1 = match b1 {
-            Some(b) => quants_256(b),
-            None => _mm256_setzero_si256(),
+    let mut accm = [_mm256_setzero_ps(); N];
+    let (lanes01, lanes23) = (
+        _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2),
+        _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6),
+    );
+    let ones = _mm256_set1_epi16(1);
+    for q in 0..nq {
+        let (b, dm) = weight_quad!(w, q, B::MIN_FACTOR);
+        // First and last 16 elements of blocks 0–1 and of blocks 2–3.
+        let (a01, b01, a23, b23) = match B::QUANTS {
+            Quants::Nibbles => {
+                let m = _mm256_set1_epi8(0x0f);
+                let v01 = _mm256_set_m128i(part!(b[1], 0), part!(b[0], 0));
+                let v23 = _mm256_set_m128i(part!(b[3], 0), part!(b[2], 0));
+                (
+                    _mm256_and_si256(v01, m),
+                    _mm256_and_si256(_mm256_srli_epi16(v01, 4), m),
+                    _mm256_and_si256(v23, m),
+                    _mm256_and_si256(_mm256_srli_epi16(v23, 4), m),
+                )
+            }
+            Quants::Signed8 => (
+                _mm256_set_m128i(part!(b[1], 0), part!(b[0], 0)),
+                _mm256_set_m128i(part!(b[1], 16), part!(b[0], 16)),
+                _mm256_set_m128i(part!(b[3], 0), part!(b[2], 0)),
+                _mm256_set_m128i(part!(b[3], 16), part!(b[2], 16)),
+            ),
         };
-        let (dw0, dw1) = (splat_lane(s, 0), splat_lane(s, 2));
+        let dw01 = _mm256_permutevar8x32_ps(dm, lanes01);
+        let dw23 = _mm256_permutevar8x32_ps(dm, lanes23);
         for (a, (acc, accm)) in acts.iter().zip(acc.iter_mut().zip(accm.iter_mut())) {
             // SAFETY: as in group_avx512.
-            let (y0, y1, dy0, dy1, sy) = unsafe {
+            let p = unsafe { a.qs.as_ptr().add(128 * q) };
+            let (ya01, ya23, yb01, yb23, dy01, dy23, sy) = unsafe {
                 (
-                    _mm256_loadu_si256(a.qs.as_ptr().add(64 * i).cast()),
-                    _mm256_loadu_si256(a.qs.as_ptr().add(64 * i + 32).cast()),
-                    _mm256_loadu_ps(a.dy.as_ptr().add(16 * i)),
-                    _mm256_loadu_ps(a.dy.as_ptr().add(16 * i + 8)),
-                    _mm_loadu_ps(a.sy.as_ptr().add(4 * i)),
+                    _mm256_loadu_si256(p.cast()),
+                    _mm256_loadu_si256(p.add(32).cast()),
+                    _mm256_loadu_si256(p.add(64).cast()),
+                    _mm256_loadu_si256(p.add(96).cast()),
+                    _mm256_loadu_ps(a.dy.as_ptr().add(16 * q)),
+                    _mm256_loadu_ps(a.dy.as_ptr().add(16 * q + 8)),
+                    _mm256_loadu_ps(a.sy.as_ptr().add(8 * q)),
                 )
             };
-            let (i0, i1) = match B::QUANTS {
-                Quants::Nibbles => (dot_u8_i8(q0, y0), dot_u8_i8(q1, y1)),
-                Quants::Signed8 => (dot_i8_i8(q0, y0), dot_i8_i8(q1, y1)),
+            let (i01, i23) = match B::QUANTS {
+                // i16 pair sums stay below 2·2·15·127: no saturation.
+                Quants::Nibbles => (
+                    _mm256_madd_epi16(
+                        _mm256_add_epi16(
+                            _mm256_maddubs_epi16(a01, ya01),
+                            _mm256_maddubs_epi16(b01, yb01),
+                        ),
+                        ones,
+                    ),
+                    _mm256_madd_epi16(
+                        _mm256_add_epi16(
+                            _mm256_maddubs_epi16(a23, ya23),
+                            _mm256_maddubs_epi16(b23, yb23),
+                        ),
+                        ones,
+                    ),
+                ),
+                Quants::Signed8 => (
+                    _mm256_add_epi32(dot_i8_i8(a01, ya01), dot_i8_i8(b01, yb01)),
+                    _mm256_add_epi32(dot_i8_i8(a23, ya23), dot_i8_i8(b23, yb23)),
+                ),
             };
-            let (d0, d1) = (_mm256_cvtepi32_ps(i0), _mm256_cvtepi32_ps(i1));
-            *acc = _mm256_fmadd_ps(d0, _mm256_mul_ps(dw0, dy0), *acc);
-            *acc = _mm256_fmadd_ps(d1, _mm256_mul_ps(dw1, dy1), *acc);
-            *accm = _mm_fmadd_ps(s, sy, *accm);
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i01), _mm256_mul_ps(dw01, dy01), *acc);
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i23), _mm256_mul_ps(dw23, dy23), *acc);
+            *accm = _mm256_fmadd_ps(dm, sy, *accm);
         }
     }
     let mut out = [0.0; N];
     for c in 0..N {
-        out[c] = hsum_f32x8(acc[c]) + hsum_f32x4(accm[c]);
+        out[c] = hsum_f32x8(_mm256_add_ps(acc[c], accm[c]));
     }
     out
 }

@@ -170,15 +170,36 @@ fn matmul_multi(
     ys: &mut [f32],
     scratch: &mut MatmulScratch,
 ) {
-    let (rows, cols) = (m.rows(), m.cols());
+    let n = xs.len() / m.cols();
+    prepare_multi(m, multi, xs, scratch);
+    run_multi(pool, isa, m, multi, n, ys, scratch);
+}
+
+/// Quantize the `n` rows of `xs` into `scratch.xq` in `multi`'s layout.
+fn prepare_multi(m: &QMatrix<'_>, multi: &MultiDot, xs: &[f32], scratch: &mut MatmulScratch) {
+    let cols = m.cols();
     let n = xs.len() / cols;
-    let stride = act_stride(m);
-    let qbytes = act_bytes(m);
+    let (stride, qbytes) = (act_stride(m), act_bytes(m));
     let xq: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut scratch.xq)[..n * stride];
     for (x, q) in xs.chunks_exact(cols).zip(xq.chunks_exact_mut(stride)) {
         (multi.prepare)(x, &mut q[..qbytes]);
     }
-    let xq: &[u8] = xq;
+}
+
+/// `ys = xs · mᵀ` for the `n` activations [`prepare_multi`] left in
+/// `scratch.xq`.
+fn run_multi(
+    pool: &ThreadPool,
+    isa: Isa,
+    m: &QMatrix<'_>,
+    multi: &MultiDot,
+    n: usize,
+    ys: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
+    let rows = m.rows();
+    let stride = act_stride(m);
+    let xq: &[u8] = &bytemuck::cast_slice(&scratch.xq)[..n * stride];
     let dot = (multi.dot_for)(isa);
     let rb = m.row_bytes();
     let data = m.data();
@@ -200,6 +221,64 @@ fn matmul_multi(
                 ys[t * rows + r] = y;
             }
         }
+    }
+}
+
+/// `ys[i] = xs · ms[i]ᵀ` for matrices that read the same input (q/k/v,
+/// gate/up). Where they share a multi-dot activation layout, `xs` is
+/// quantized once for all of them; the results are those of separate
+/// [`matmul`] calls either way.
+pub fn matmul_each(
+    pool: &ThreadPool,
+    ms: &[&QMatrix<'_>],
+    xs: &[f32],
+    ys: &mut [&mut [f32]],
+    scratch: &mut MatmulScratch,
+) {
+    assert_eq!(ms.len(), ys.len(), "matmul_each: one output per matrix");
+    let shared = ms.first().and_then(|m0| {
+        let k0 = m0.traits().multi?;
+        ms.iter()
+            .all(|m| {
+                m.cols() == m0.cols()
+                    && m.traits().multi.is_some_and(|k| {
+                        std::ptr::fn_addr_eq(k.prepare, k0.prepare)
+                            && std::ptr::fn_addr_eq(k.prepared_bytes, k0.prepared_bytes)
+                    })
+            })
+            .then_some(k0)
+    });
+    let Some(k0) = shared else {
+        for (m, y) in ms.iter().zip(ys.iter_mut()) {
+            matmul(pool, m, xs, y, scratch);
+        }
+        return;
+    };
+    let cols = ms[0].cols();
+    assert!(
+        cols > 0 && xs.len().is_multiple_of(cols),
+        "matmul: x has {} elements, not a whole number of rows of {cols}",
+        xs.len()
+    );
+    let n = xs.len() / cols;
+    for (m, y) in ms.iter().zip(ys.iter()) {
+        assert_eq!(
+            y.len(),
+            n * m.rows(),
+            "matmul: y has {} elements, expected {n} × {}",
+            y.len(),
+            m.rows()
+        );
+        scratch.reserve(m, n);
+    }
+    if n == 0 {
+        return;
+    }
+    let isa = crate::isa::selected();
+    prepare_multi(ms[0], k0, xs, scratch);
+    for (m, y) in ms.iter().zip(ys.iter_mut()) {
+        let multi = m.traits().multi.expect("checked above");
+        run_multi(pool, isa, m, multi, n, y, scratch);
     }
 }
 
@@ -266,6 +345,38 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Matrices sharing an input give what separate calls give, whether
+    /// or not their types share an activation layout.
+    #[test]
+    fn each_equals_separate_calls() {
+        let pool = ThreadPool::new(2);
+        for types in [
+            [GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0],
+            [GgmlType::Q4_1, GgmlType::Q6_K, GgmlType::F32],
+        ] {
+            let cols = 256 * 2;
+            let shapes = [7, 3, 12];
+            let data: Vec<Vec<Line>> = (0..3)
+                .map(|i| matrix_bytes(types[i], shapes[i], cols, i as u64))
+                .collect();
+            let ms: Vec<QMatrix<'_>> = (0..3)
+                .map(|i| view(types[i], shapes[i], cols, &data[i]))
+                .collect();
+            for n in [1, 3, 5] {
+                let xs = weights(&mut rng(7 + n as u64), n * cols);
+                let mut want: Vec<Vec<f32>> = shapes.iter().map(|r| vec![0.0; n * r]).collect();
+                for (m, y) in ms.iter().zip(want.iter_mut()) {
+                    matmul(&pool, m, &xs, y, &mut MatmulScratch::new());
+                }
+                let mut got: Vec<Vec<f32>> = shapes.iter().map(|r| vec![f32::NAN; n * r]).collect();
+                let mut outs: Vec<&mut [f32]> = got.iter_mut().map(|v| v.as_mut_slice()).collect();
+                let refs: Vec<&QMatrix<'_>> = ms.iter().collect();
+                matmul_each(&pool, &refs, &xs, &mut outs, &mut MatmulScratch::new());
+                assert_eq!(got, want, "{types:?} n {n}");
             }
         }
     }

@@ -38,7 +38,7 @@ use crate::config::ModelConfig;
 use crate::kv_cache::{KvCache, KvType};
 use crate::weights::{LlamaWeights, Weights};
 use crate::Error;
-use kernels::matmul::{matmul, MatmulScratch};
+use kernels::matmul::{matmul, matmul_each, MatmulScratch};
 use kernels::matvec::QMatrix;
 use kernels::ops;
 use kernels::pool::ThreadPool;
@@ -216,8 +216,10 @@ pub(crate) struct LlamaState {
     n_logits: usize, // floats of `logits` the last call filled
     caches: Vec<KvCache>, // one per sequence
     rows: Vec<usize>, // tokens of the last call whose logits were asked for
-    kf: Vec<f32>,    // (n_ctx, kv_dim) one layer\'s cached keys, widened
+    kf: Vec<f32>,    // (n_ctx, kv_dim) one layer\'s cached keys, widened, for a group of sequences
     vf: Vec<f32>,    // (n_ctx, kv_dim) ... and values
+    seq_last: Vec<usize>, // (n_seq,) last position of each sequence in this call, or usize::MAX
+    seq_base: Vec<usize>, // (n_seq,) first row of its widened K/V in kf/vf, or usize::MAX
     scratch: MatmulScratch,
 }
 
@@ -253,6 +255,8 @@ impl LlamaState {
             rows: Vec::with_capacity(nb),
             kf: vec![0.0; n_ctx * cfg.kv_dim()],
             vf: vec![0.0; n_ctx * cfg.kv_dim()],
+            seq_last: vec![usize::MAX; o.n_seq.max(1)],
+            seq_base: vec![usize::MAX; o.n_seq.max(1)],
             scratch: MatmulScratch::new(),
         };
         let mut ms: Vec<&QMatrix<'_>> = vec![&weights.output];
@@ -497,14 +501,30 @@ fn llama_forward<'s>(
     let stride = head_stride(cfg, s.n_ctx);
     let heads = &mut s.heads[..n * cfg.n_heads * stride];
 
+    // The last position of each sequence in this call: its attention span.
+    s.seq_last.fill(usize::MAX);
+    for t in (0..n).map(token) {
+        let last = &mut s.seq_last[t.seq];
+        *last = if *last == usize::MAX {
+            t.pos
+        } else {
+            (*last).max(t.pos)
+        };
+    }
+
     for (li, l) in w.layers.iter().enumerate() {
         // --- attention ---
         for (o, xt) in xb.chunks_exact_mut(dim).zip(x.chunks_exact(dim)) {
             ops::rmsnorm(o, xt, &l.attn_norm, cfg.norm_eps);
         }
-        matmul(pool, &l.wq, xb, q, scratch); // (n, q_dim)
-        matmul(pool, &l.wk, xb, k, scratch); // (n, kv_dim)
-        matmul(pool, &l.wv, xb, v, scratch); // (n, kv_dim)
+        // q (n, q_dim), k and v (n, kv_dim): one quantized input for all three.
+        matmul_each(
+            pool,
+            &[&l.wq, &l.wk, &l.wv],
+            xb,
+            &mut [&mut *q, &mut *k, &mut *v],
+            scratch,
+        );
         for t in 0..n {
             let (qt, kt, vt) = (
                 &mut q[t * q_dim..(t + 1) * q_dim],
@@ -541,48 +561,66 @@ fn llama_forward<'s>(
 
         // Per sequence in the batch: widen its cached K and V of this layer
         // to f32 once (one block conversion, split over the pool when long),
-        // then per (token t, query head h) of that sequence: scores over
-        // positions 0..=pos_t, softmax, weighted sum of values. Query head h
-        // reads kv head h / group (GQA). Queries stay f32 (rounding them to
-        // f16 too, as ggml's f16 path does, doubled the logit difference to
-        // llama.cpp's f32-cache reference).
+        // then per (token t, query head h): scores over positions 0..=pos_t,
+        // softmax, weighted sum of values. Query head h reads kv head
+        // h / group (GQA). Queries stay f32 (rounding them to f16 too, as
+        // ggml's f16 path does, doubled the logit difference to llama.cpp's
+        // f32-cache reference). Sequences are taken in groups whose widened
+        // K/V fit the n_ctx rows of `kf`/`vf`, each group in one pass over
+        // the pool, so several short sequences share one dispatch.
         let q = &*q;
         let n_ctx = s.n_ctx;
-        for seq in 0..s.caches.len() {
-            let Some(last) = (0..n)
-                .map(token)
-                .filter(|t| t.seq == seq)
-                .map(|t| t.pos)
-                .max()
-            else {
-                continue;
-            };
-            let n_pos = last + 1;
-            let kv = s.caches[seq].layer(li);
-            let (kf, vf) = (&mut s.kf[..n_pos * kv_dim], &mut s.vf[..n_pos * kv_dim]);
-            if pool.n_threads() > 1 && n_pos >= PARALLEL_WIDEN_FROM {
-                let rows = (n_pos / (4 * pool.n_threads())).max(64) * kv_dim;
-                pool.for_each_chunk_mut(kf, rows, |start, out, _| {
-                    let p = start / kv_dim;
-                    kv.widen_keys(p..p + out.len() / kv_dim, out);
-                });
-                pool.for_each_chunk_mut(vf, rows, |start, out, _| {
-                    let p = start / kv_dim;
-                    kv.widen_values(p..p + out.len() / kv_dim, out);
-                });
-            } else {
-                kv.widen_keys(0..n_pos, kf);
-                kv.widen_values(0..n_pos, vf);
+        let n_seq = s.caches.len();
+        let mut next = 0;
+        while next < n_seq {
+            s.seq_base.fill(usize::MAX);
+            let mut used = 0; // widened positions in this group
+            while next < n_seq {
+                let last = s.seq_last[next];
+                if last == usize::MAX {
+                    next += 1;
+                    continue;
+                }
+                let n_pos = last + 1;
+                if used > 0 && used + n_pos > n_ctx {
+                    break;
+                }
+                s.seq_base[next] = used;
+                let kv = s.caches[next].layer(li);
+                let span = used * kv_dim..(used + n_pos) * kv_dim;
+                let (kf, vf) = (&mut s.kf[span.clone()], &mut s.vf[span]);
+                if pool.n_threads() > 1 && n_pos >= PARALLEL_WIDEN_FROM {
+                    let rows = (n_pos / (4 * pool.n_threads())).max(64) * kv_dim;
+                    pool.for_each_chunk_mut(kf, rows, |start, out, _| {
+                        let p = start / kv_dim;
+                        kv.widen_keys(p..p + out.len() / kv_dim, out);
+                    });
+                    pool.for_each_chunk_mut(vf, rows, |start, out, _| {
+                        let p = start / kv_dim;
+                        kv.widen_values(p..p + out.len() / kv_dim, out);
+                    });
+                } else {
+                    kv.widen_keys(0..n_pos, kf);
+                    kv.widen_values(0..n_pos, vf);
+                }
+                used += n_pos;
+                next += 1;
             }
-            let (kf, vf) = (&*kf, &*vf); // (n_pos, kv_dim) each
-                                         // One (token, head) per chunk of `heads`: scores, then output.
+            if used == 0 {
+                break;
+            }
+            let (kf, vf) = (&*s.kf, &*s.vf); // (used, kv_dim) each
+            let base = &*s.seq_base;
+            // One (token, head) per chunk of `heads`: scores, then output.
             let head = |start: usize, buf: &mut [f32], _thread: usize| {
                 let th = start / stride; // token · n_heads + head
                 let (t, h) = (th / cfg.n_heads, th % cfg.n_heads);
                 let tok = token(t);
-                if tok.seq != seq {
-                    return;
+                let b = base[tok.seq];
+                if b == usize::MAX {
+                    return; // not in this group
                 }
+                let (kf, vf) = (&kf[b * kv_dim..], &vf[b * kv_dim..]);
                 let kvh = h / group;
                 let q_h = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd]; // (head_dim,)
                 let (scores, rest) = buf.split_at_mut(n_ctx);
@@ -604,7 +642,11 @@ fn llama_forward<'s>(
             };
             // Spread (token, head) pairs over the pool once there is enough
             // work; each is computed the same way either way.
-            let work = n * cfg.n_heads * n_pos;
+            let work: usize = (0..n)
+                .map(token)
+                .filter(|t| base[t.seq] != usize::MAX)
+                .map(|t| cfg.n_heads * (t.pos + 1))
+                .sum();
             if pool.n_threads() > 1 && work >= PARALLEL_ATTENTION_FROM {
                 pool.for_each_chunk_mut(heads, stride, head);
             } else {
@@ -623,8 +665,14 @@ fn llama_forward<'s>(
         for (o, xt) in xb.chunks_exact_mut(dim).zip(x.chunks_exact(dim)) {
             ops::rmsnorm(o, xt, &l.ffn_norm, cfg.norm_eps);
         }
-        matmul(pool, &l.w_gate, xb, hb, scratch); // (n, ffn_dim)
-        matmul(pool, &l.w_up, xb, hb2, scratch); // (n, ffn_dim)
+        // gate and up (n, ffn_dim) each, from one quantized input.
+        matmul_each(
+            pool,
+            &[&l.w_gate, &l.w_up],
+            xb,
+            &mut [&mut *hb, &mut *hb2],
+            scratch,
+        );
         ops::swiglu(hb, hb2);
         matmul(pool, &l.w_down, hb, proj, scratch); // (n, dim)
         ops::add_inplace(x, proj);

@@ -3,11 +3,12 @@
 //! weight block is loaded and unpacked once for all of them, four blocks at
 //! a time.
 //!
-//! Every type here is `d·q + m` per element with integer quants `q`, where
-//! `m` is a stored minimum (Q4_1) or a fixed multiple of `d` (Q4_0: −8d; Q8_0
-//! on AVX-512, whose quants are offset by 128 to be unsigned: −128d). A
-//! block then contributes `(d·dy)·Σq·y + m·(dy·Σy)`; `dy` and `dy·Σy` come
-//! precomputed with the activation, `Σq·y` from one integer dot.
+//! Every type here is `d·(q − c) + m` per element with integer quants `q`,
+//! a zero point `c` (Q4_0: 8; Q8_0 on AVX-512, whose quants are offset by
+//! 128 to be unsigned: 128) and a stored minimum `m` (Q4_1 only). A block
+//! then contributes `(d·dy)·(Σq·y − c·Σy) + m·(dy·Σy)`: the zero point is
+//! taken off in integers (exact), `dy`, `dy·Σy` and the per-lane Σy come
+//! precomputed with the activation, `Σq·y` from the integer dot.
 
 use crate::isa::Isa;
 use crate::quant::q4_0::BlockQ4_0;
@@ -34,28 +35,32 @@ pub(crate) enum Quants {
 /// A 32-element block type the multi-activation kernels take.
 pub(crate) trait MultiBlock: Pod + Sync {
     const QUANTS: Quants;
-    /// `m = MIN_FACTOR · min_field()` for the scalar and AVX2 kernels, which
-    /// dot the quants as stored.
-    const MIN_FACTOR: f32;
+    /// The zero point for the scalar and AVX2 kernels, which dot the quants
+    /// as stored: 0 or a power of two.
+    const ZERO_POINT: i32;
     /// The same for AVX-512, whose `dpbusd` wants unsigned quants: signed
     /// ones are offset by +128 there.
-    const MIN_FACTOR_512: f32;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    const ZERO_POINT_512: i32;
+    /// Whether blocks store a minimum ([`MultiBlock::min`]).
+    const HAS_MIN: bool;
     fn d(&self) -> f16;
-    /// The stored minimum, or `d` for types whose minimum is a multiple of it.
-    fn min_field(&self) -> f16;
+    /// The stored minimum (zero for types without one).
+    fn min(&self) -> f16;
     /// 16 bytes of nibbles or 32 signed bytes, per [`MultiBlock::QUANTS`].
     fn qs(&self) -> &[u8];
 }
 
 impl MultiBlock for BlockQ4_0 {
     const QUANTS: Quants = Quants::Nibbles;
-    const MIN_FACTOR: f32 = -8.0;
-    const MIN_FACTOR_512: f32 = -8.0;
+    const ZERO_POINT: i32 = 8;
+    const ZERO_POINT_512: i32 = 8;
+    const HAS_MIN: bool = false;
     fn d(&self) -> f16 {
         self.d
     }
-    fn min_field(&self) -> f16 {
-        self.d
+    fn min(&self) -> f16 {
+        f16::ZERO
     }
     fn qs(&self) -> &[u8] {
         &self.qs
@@ -64,12 +69,13 @@ impl MultiBlock for BlockQ4_0 {
 
 impl MultiBlock for BlockQ4_1 {
     const QUANTS: Quants = Quants::Nibbles;
-    const MIN_FACTOR: f32 = 1.0;
-    const MIN_FACTOR_512: f32 = 1.0;
+    const ZERO_POINT: i32 = 0;
+    const ZERO_POINT_512: i32 = 0;
+    const HAS_MIN: bool = true;
     fn d(&self) -> f16 {
         self.d
     }
-    fn min_field(&self) -> f16 {
+    fn min(&self) -> f16 {
         self.m
     }
     fn qs(&self) -> &[u8] {
@@ -79,13 +85,14 @@ impl MultiBlock for BlockQ4_1 {
 
 impl MultiBlock for BlockQ8_0 {
     const QUANTS: Quants = Quants::Signed8;
-    const MIN_FACTOR: f32 = 0.0;
-    const MIN_FACTOR_512: f32 = -128.0;
+    const ZERO_POINT: i32 = 0;
+    const ZERO_POINT_512: i32 = 128;
+    const HAS_MIN: bool = false;
     fn d(&self) -> f16 {
         self.d
     }
-    fn min_field(&self) -> f16 {
-        self.d
+    fn min(&self) -> f16 {
+        f16::ZERO
     }
     fn qs(&self) -> &[u8] {
         bytemuck::cast_slice(&self.qs)
@@ -106,21 +113,24 @@ pub(crate) fn activation(acts: &[u8], stride: usize, nb: usize, c: usize) -> Q8Q
     Q8Quads::new(&acts[c * stride..], nb.div_ceil(4))
 }
 
-/// Σ q·y of block `b` with the quants as stored.
+/// Σ (q − c)·y of block `b`.
 fn block_isum<B: MultiBlock>(x: &B, a: &Q8Quads<'_>, b: usize) -> i32 {
     let y = |j| a.quant(b, j) as i32;
     match B::QUANTS {
         Quants::Nibbles => (x.qs().iter().enumerate())
-            .map(|(j, &q)| (q & 0x0f) as i32 * y(j) + (q >> 4) as i32 * y(j + 16))
+            .map(|(j, &q)| {
+                let (lo, hi) = ((q & 0x0f) as i32, (q >> 4) as i32);
+                (lo - B::ZERO_POINT) * y(j) + (hi - B::ZERO_POINT) * y(j + 16)
+            })
             .sum(),
         Quants::Signed8 => (x.qs().iter().enumerate())
-            .map(|(j, &q)| q as i8 as i32 * y(j))
+            .map(|(j, &q)| (q as i8 as i32 - B::ZERO_POINT) * y(j))
             .sum(),
     }
 }
 
-/// Scalar twin of the kernels: per block (d·dy)·Σq·y + m·(dy·Σy), in block
-/// order.
+/// Scalar twin of the kernels: per block (d·dy)·Σ(q − c)·y + m·(dy·Σy), in
+/// block order.
 pub(crate) fn dot_ref<B: MultiBlock>(
     w: &[u8],
     row_bytes: usize,
@@ -137,8 +147,10 @@ pub(crate) fn dot_ref<B: MultiBlock>(
             let mut sum = 0.0f32;
             for (b, x) in row.iter().enumerate() {
                 let sumi = block_isum(x, &a, b);
-                let m = B::MIN_FACTOR * x.min_field().to_f32();
-                sum += x.d().to_f32() * a.scale(b) * sumi as f32 + m * a.scaled_sum(b);
+                sum += x.d().to_f32() * a.scale(b) * sumi as f32;
+                if B::HAS_MIN {
+                    sum += x.min().to_f32() * a.scaled_sum(b);
+                }
             }
             *o = sum;
         }
@@ -148,6 +160,7 @@ pub(crate) fn dot_ref<B: MultiBlock>(
 /// Runs `$group::<B, N>` over the rows of `$w` for the activations in groups
 /// of 8, 4, 2 and 1 (none larger than `$max`); a group's views are made
 /// once for all rows.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_macros))]
 macro_rules! in_groups {
     ($group:ident, $B:ty, $max:expr, $w:expr, $rb:expr, $acts:expr, $stride:expr, $n:expr, $out:expr) => {{
         let (w, rb, acts, stride, n, out): (&[u8], usize, &[u8], usize, usize, &mut [f32]) =
@@ -197,5 +210,25 @@ fn dot_for<B: MultiBlock>(isa: Isa) -> MultiDotFn {
             unsafe { in_groups!(group, B, 4, w, rb, a, s, n, o) }
         },
         _ => dot_ref::<B>,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernels take zero points off with a shift.
+    #[test]
+    fn zero_points_are_powers_of_two() {
+        for z in [
+            BlockQ4_0::ZERO_POINT,
+            BlockQ4_0::ZERO_POINT_512,
+            BlockQ4_1::ZERO_POINT,
+            BlockQ4_1::ZERO_POINT_512,
+            BlockQ8_0::ZERO_POINT,
+            BlockQ8_0::ZERO_POINT_512,
+        ] {
+            assert!(z == 0 || (z as u32).is_power_of_two(), "{z}");
+        }
     }
 }

@@ -17,15 +17,20 @@
 //!   elements 16..32 of blocks 0..4;
 //! - `dy`: `16·q` f32, each block's scale on the 4 lanes its sum lands in;
 //! - `sy`: `8·q` f32, per quad `[0, dy₀·Σy₀, 0, dy₁·Σy₁, 0, …, dy₃·Σy₃]`, lined
-//!   up with a weight quad's `[d₀, m₀, d₁, m₁, …]` for the minimum term.
+//!   up with a weight quad's `[d₀, m₀, d₁, m₁, …]` for a stored minimum;
+//! - `ls`: `16·q` i32, per quad the sum of the 8 quants each lane of the two
+//!   `dpbusd` takes (4 from each half): subtracting `c·ls` from the integer
+//!   sums removes a zero point `c` exactly (Q4_0's 8, or the 128 that makes
+//!   Q8_0 unsigned). Done in float instead, the two large terms cancel and
+//!   the rounding error showed up as greedy divergence from llama.cpp.
 //!
 //! Every part starts on a multiple of 32 bytes from the start.
 
 use crate::quant::q8_0::{quantize_row_activation, BlockQ8_0, QK8_0};
 use bytemuck::Zeroable;
 
-/// Bytes per quad of blocks: 128 quants, 16 + 8 f32.
-pub const QUAD_BYTES: usize = 128 + 16 * 4 + 8 * 4;
+/// Bytes per quad of blocks: 128 quants, 16 + 8 f32, 16 i32.
+pub const QUAD_BYTES: usize = 128 + 16 * 4 + 8 * 4 + 16 * 4;
 
 /// Quads of blocks in an activation of `cols` elements.
 pub fn quads(cols: usize) -> usize {
@@ -42,6 +47,7 @@ pub struct Q8Quads<'a> {
     pub qs: &'a [i8],
     pub dy: &'a [f32],
     pub sy: &'a [f32],
+    pub ls: &'a [i32],
 }
 
 impl<'a> Q8Quads<'a> {
@@ -49,11 +55,13 @@ impl<'a> Q8Quads<'a> {
     /// `quads` quads.
     pub fn new(bytes: &'a [u8], quads: usize) -> Q8Quads<'a> {
         let (qs, rest) = bytes[..quads * QUAD_BYTES].split_at(128 * quads);
-        let (dy, sy) = rest.split_at(64 * quads);
+        let (dy, rest) = rest.split_at(64 * quads);
+        let (sy, ls) = rest.split_at(32 * quads);
         Q8Quads {
             qs: bytemuck::cast_slice(qs),
             dy: bytemuck::cast_slice(dy),
             sy: bytemuck::cast_slice(sy),
+            ls: bytemuck::cast_slice(ls),
         }
     }
 
@@ -85,10 +93,12 @@ pub fn prepare(x: &[f32], dst: &mut [u8]) {
     let nq = quads(x.len());
     assert_eq!(dst.len(), nq * QUAD_BYTES, "q8 quads: wrong buffer size");
     let (qs, rest) = dst.split_at_mut(128 * nq);
-    let (dy, sy) = rest.split_at_mut(64 * nq);
+    let (dy, rest) = rest.split_at_mut(64 * nq);
+    let (sy, ls) = rest.split_at_mut(32 * nq);
     let qs: &mut [i8] = bytemuck::cast_slice_mut(qs);
     let dy: &mut [f32] = bytemuck::cast_slice_mut(dy);
     let sy: &mut [f32] = bytemuck::cast_slice_mut(sy);
+    let ls: &mut [i32] = bytemuck::cast_slice_mut(ls);
     // The padding blocks of the last quad stay all zero.
     qs.fill(0);
     dy.fill(0.0);
@@ -103,6 +113,15 @@ pub fn prepare(x: &[f32], dst: &mut [u8]) {
         qs[at + 64..at + 80].copy_from_slice(&block[0].qs[16..]);
         dy[4 * b..4 * b + 4].fill(d);
         sy[2 * b + 1] = d * sum as f32;
+    }
+    // Lane l of a quad's sums takes bytes 4l..4l+4 of both 64-byte halves.
+    for (l, out) in ls.iter_mut().enumerate() {
+        let (q, lane) = (l / 16, l % 16);
+        let half = |h: usize| -> i32 {
+            let at = 128 * q + 64 * h + 4 * lane;
+            qs[at..at + 4].iter().map(|&v| v as i32).sum()
+        };
+        *out = half(0) + half(1);
     }
 }
 
@@ -134,6 +153,8 @@ mod tests {
                 assert!(v.dy[4 * b..4 * b + 4].iter().all(|&s| s == d));
                 assert_eq!((v.sy[2 * b], v.scaled_sum(b)), (0.0, d * sum as f32));
                 assert_eq!(v.scale(b), d);
+                // A block's four lanes sum to the block's Σy.
+                assert_eq!(v.ls[4 * b..4 * b + 4].iter().sum::<i32>(), sum);
             }
         }
     }

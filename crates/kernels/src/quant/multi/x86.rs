@@ -12,10 +12,9 @@ use crate::quant::q8_quads::Q8Quads;
 use core::arch::x86_64::*;
 
 /// The blocks of quad `$q` of row `$w` (`None` past the end of the row:
-/// they count as all zero), and their [d₀, m₀, d₁, m₁, …] as f32 with m
-/// from `$factor` (see [`MultiBlock`]).
+/// they count as all zero), and their [d₀, m₀, d₁, m₁, …] as f32.
 macro_rules! weight_quad {
-    ($w:expr, $q:expr, $factor:expr) => {{
+    ($w:expr, $q:expr) => {{
         let w = $w;
         let b = [
             w.get(4 * $q),
@@ -27,17 +26,12 @@ macro_rules! weight_quad {
         for k in 0..4 {
             if let Some(x) = b[k] {
                 h[2 * k] = x.d().to_bits();
-                h[2 * k + 1] = x.min_field().to_bits();
+                h[2 * k + 1] = x.min().to_bits();
             }
         }
         // SAFETY: an unaligned 16-byte load from a 16-byte array.
         let bits = unsafe { _mm_loadu_si128(h.as_ptr().cast()) };
-        let f = $factor;
-        let dm = _mm256_mul_ps(
-            _mm256_cvtph_ps(bits),
-            _mm256_setr_ps(1.0, f, 1.0, f, 1.0, f, 1.0, f),
-        );
-        (b, dm)
+        (b, _mm256_cvtph_ps(bits))
     }};
 }
 
@@ -63,7 +57,8 @@ macro_rules! part {
 fn check_quads(nb: usize, acts: &[Q8Quads<'_>]) -> usize {
     let q = nb.div_ceil(4);
     for a in acts {
-        assert!(a.qs.len() >= 128 * q && a.dy.len() >= 16 * q && a.sy.len() >= 8 * q);
+        assert!(a.qs.len() >= 128 * q && a.dy.len() >= 16 * q);
+        assert!(a.sy.len() >= 8 * q && a.ls.len() >= 16 * q);
     }
     q
 }
@@ -80,7 +75,8 @@ fn quad_i(a: __m128i, b: __m128i, c: __m128i, d: __m128i) -> __m512i {
 /// `N` dots of one row. Per activation the operations are the same for
 /// every `N` (so results are too): per quad of blocks two `dpbusd` into
 /// one register (4 lanes per block), then one convert, one scale product
-/// d·dy and one FMA on 16 lanes, and m·dy·Σy on an 8-lane side accumulator.
+/// d·dy and one FMA on 16 lanes; the zero point comes off the integer sums
+/// and a stored minimum's m·dy·Σy goes to an 8-lane side accumulator.
 ///
 /// # Safety
 /// The CPU must support the [`crate::Isa::Avx512`] feature set.
@@ -94,7 +90,7 @@ pub unsafe fn group_avx512<B: MultiBlock, const N: usize>(
     let mut accm = [_mm256_setzero_ps(); N];
     let lanes = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
     for q in 0..nq {
-        let (b, dm) = weight_quad!(w, q, B::MIN_FACTOR_512);
+        let (b, dm) = weight_quad!(w, q);
         let (qa, qb) = match B::QUANTS {
             Quants::Nibbles => {
                 let v = quad_i(
@@ -110,8 +106,9 @@ pub unsafe fn group_avx512<B: MultiBlock, const N: usize>(
                 )
             }
             Quants::Signed8 => {
-                // + 128 → unsigned for dpbusd (m carries −128·d). Missing
-                // blocks become 128 but meet zero activations.
+                // + 128 → unsigned for dpbusd (taken off again with the
+                // lane sums). Missing blocks become 128 but meet zero
+                // activations and zero lane sums.
                 let o = _mm512_set1_epi8(-128);
                 let a = quad_i(
                     part!(b[0], 0),
@@ -132,18 +129,27 @@ pub unsafe fn group_avx512<B: MultiBlock, const N: usize>(
         for (a, (acc, accm)) in acts.iter().zip(acc.iter_mut().zip(accm.iter_mut())) {
             // SAFETY: q < nq and check_quads saw 128·nq quants, 16·nq
             // scales and 8·nq sums in every activation.
-            let (ya, yb, dy, sy) = unsafe {
+            let (ya, yb, dy) = unsafe {
                 (
                     _mm512_loadu_si512(a.qs.as_ptr().add(128 * q).cast()),
                     _mm512_loadu_si512(a.qs.as_ptr().add(128 * q + 64).cast()),
                     _mm512_loadu_ps(a.dy.as_ptr().add(16 * q)),
-                    _mm256_loadu_ps(a.sy.as_ptr().add(8 * q)),
                 )
             };
-            let sums =
+            let mut sums =
                 _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), qa, ya), qb, yb);
+            if B::ZERO_POINT_512 != 0 {
+                // SAFETY: as above (16·nq lane sums).
+                let ls = unsafe { _mm512_loadu_si512(a.ls.as_ptr().add(16 * q).cast()) };
+                let shift = _mm512_set1_epi32(B::ZERO_POINT_512.trailing_zeros() as i32);
+                sums = _mm512_sub_epi32(sums, _mm512_sllv_epi32(ls, shift));
+            }
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(dw, dy), *acc);
-            *accm = _mm256_fmadd_ps(dm, sy, *accm);
+            if B::HAS_MIN {
+                // SAFETY: as above (8·nq sums).
+                let sy = unsafe { _mm256_loadu_ps(a.sy.as_ptr().add(8 * q)) };
+                *accm = _mm256_fmadd_ps(dm, sy, *accm);
+            }
         }
     }
     let mut out = [0.0; N];
@@ -174,7 +180,7 @@ pub unsafe fn group_avx2<B: MultiBlock, const N: usize>(
     );
     let ones = _mm256_set1_epi16(1);
     for q in 0..nq {
-        let (b, dm) = weight_quad!(w, q, B::MIN_FACTOR);
+        let (b, dm) = weight_quad!(w, q);
         // First and last 16 elements of blocks 0–1 and of blocks 2–3.
         let (a01, b01, a23, b23) = match B::QUANTS {
             Quants::Nibbles => {
@@ -200,7 +206,7 @@ pub unsafe fn group_avx2<B: MultiBlock, const N: usize>(
         for (a, (acc, accm)) in acts.iter().zip(acc.iter_mut().zip(accm.iter_mut())) {
             // SAFETY: as in group_avx512.
             let p = unsafe { a.qs.as_ptr().add(128 * q) };
-            let (ya01, ya23, yb01, yb23, dy01, dy23, sy) = unsafe {
+            let (ya01, ya23, yb01, yb23, dy01, dy23) = unsafe {
                 (
                     _mm256_loadu_si256(p.cast()),
                     _mm256_loadu_si256(p.add(32).cast()),
@@ -208,10 +214,9 @@ pub unsafe fn group_avx2<B: MultiBlock, const N: usize>(
                     _mm256_loadu_si256(p.add(96).cast()),
                     _mm256_loadu_ps(a.dy.as_ptr().add(16 * q)),
                     _mm256_loadu_ps(a.dy.as_ptr().add(16 * q + 8)),
-                    _mm256_loadu_ps(a.sy.as_ptr().add(8 * q)),
                 )
             };
-            let (i01, i23) = match B::QUANTS {
+            let (mut i01, mut i23) = match B::QUANTS {
                 // i16 pair sums stay below 2·2·15·127: no saturation.
                 Quants::Nibbles => (
                     _mm256_madd_epi16(
@@ -234,9 +239,25 @@ pub unsafe fn group_avx2<B: MultiBlock, const N: usize>(
                     _mm256_add_epi32(dot_i8_i8(a23, ya23), dot_i8_i8(b23, yb23)),
                 ),
             };
+            if B::ZERO_POINT != 0 {
+                // SAFETY: as above (16·nq lane sums).
+                let (l01, l23) = unsafe {
+                    (
+                        _mm256_loadu_si256(a.ls.as_ptr().add(16 * q).cast()),
+                        _mm256_loadu_si256(a.ls.as_ptr().add(16 * q + 8).cast()),
+                    )
+                };
+                let shift = _mm256_set1_epi32(B::ZERO_POINT.trailing_zeros() as i32);
+                i01 = _mm256_sub_epi32(i01, _mm256_sllv_epi32(l01, shift));
+                i23 = _mm256_sub_epi32(i23, _mm256_sllv_epi32(l23, shift));
+            }
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i01), _mm256_mul_ps(dw01, dy01), *acc);
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i23), _mm256_mul_ps(dw23, dy23), *acc);
-            *accm = _mm256_fmadd_ps(dm, sy, *accm);
+            if B::HAS_MIN {
+                // SAFETY: as above (8·nq sums).
+                let sy = unsafe { _mm256_loadu_ps(a.sy.as_ptr().add(8 * q)) };
+                *accm = _mm256_fmadd_ps(dm, sy, *accm);
+            }
         }
     }
     let mut out = [0.0; N];

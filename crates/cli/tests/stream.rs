@@ -55,3 +55,24 @@ fn bad_sizes_and_threads_are_clear_errors() {
     let (ok, _, err) = cachefit(&["stream", "--size", "1M", "-t", "0"]);
     assert!(!ok && err.contains("-t must be at least 1"), "{err}");
 }
+
+/// Without `--size`, stream reads the buffer `info` probes DRAM with (at
+/// least 4× the last-level cache and 256 MiB), so their DRAM figures are
+/// comparable.
+#[test]
+fn default_size_is_infos_dram_probe() {
+    let (ok, out, err) = cachefit(&["stream", "-t", "1", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (ok, out, err) = cachefit(&["info", "--quick", "--json", "-t", "1"]);
+    assert!(ok, "{err}");
+    let info: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let dram = info["bandwidth"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(dram["level"], "DRAM", "{info}");
+    assert_eq!(v["size_bytes"], dram["buffer_bytes"], "{v} vs {dram}");
+}

@@ -204,25 +204,62 @@ fn run_multi(
     let rb = m.row_bytes();
     let data = m.data();
     let rows_per_chunk = (CHUNK_BYTES / rb.max(1)).max(1);
-    // One token: the (rows, 1) output is already ys.
-    let out = if n == 1 {
-        &mut *ys
-    } else {
-        &mut scratch.yt[..n * rows]
-    };
-    pool.for_each_chunk_mut(out, rows_per_chunk * n, |start, out, _| {
-        let r0 = start / n;
-        let r1 = r0 + out.len() / n;
-        dot(&data[r0 * rb..r1 * rb], rb, xq, stride, n, out);
-    });
-    if n > 1 {
-        for (r, yr) in scratch.yt[..n * rows].chunks_exact(n).enumerate() {
-            for (t, &y) in yr.iter().enumerate() {
-                ys[t * rows + r] = y;
+    if n == 1 {
+        // One token: the (rows, 1) output is already ys.
+        pool.for_each_chunk_mut(ys, rows_per_chunk, |r0, out, _| {
+            dot(
+                &data[r0 * rb..(r0 + out.len()) * rb],
+                rb,
+                xq,
+                stride,
+                1,
+                out,
+            );
+        });
+        return;
+    }
+    // The kernel writes (rows, n) into a thread's chunk of yt, which the
+    // same thread then transposes into its rows of ys (n, rows) while the
+    // chunk is in L1: no serial transpose after the run.
+    let ys_len = ys.len();
+    let out = OutRows(ys.as_mut_ptr());
+    pool.for_each_chunk_mut(
+        &mut scratch.yt[..n * rows],
+        rows_per_chunk * n,
+        |start, yt, _| {
+            let r0 = start / n;
+            let r1 = r0 + yt.len() / n;
+            dot(&data[r0 * rb..r1 * rb], rb, xq, stride, n, yt);
+            for (r, yr) in (r0..r1).zip(yt.chunks_exact(n)) {
+                for (t, &y) in yr.iter().enumerate() {
+                    let i = t * rows + r;
+                    assert!(i < ys_len);
+                    // SAFETY: `ys` is exclusively borrowed for this call and
+                    // outlives the run; `i` is in bounds (checked); the chunks
+                    // of yt cover disjoint row ranges r0..r1, and element
+                    // (t, r) of ys is written only by the chunk holding row r,
+                    // so no two threads write the same element.
+                    unsafe { *out.get().add(i) = y };
+                }
             }
-        }
+        },
+    );
+}
+
+/// `ys`'s pointer, shared with the pool's threads by [`run_multi`], which
+/// gives each thread a disjoint set of its elements.
+struct OutRows(*mut f32);
+
+impl OutRows {
+    // A method, so closures capture the wrapper and not the raw field.
+    fn get(&self) -> *mut f32 {
+        self.0
     }
 }
+
+// SAFETY: see the writes in `run_multi`: each element is written by at
+// most one thread, and nothing reads `ys` during the run.
+unsafe impl Sync for OutRows {}
 
 /// `ys[i] = xs · ms[i]ᵀ` for matrices that read the same input (q/k/v,
 /// gate/up). Where they share a multi-dot activation layout, `xs` is

@@ -61,6 +61,17 @@ pub fn quantize_row(x: &[f32], y: &mut [BlockQ8_0]) {
     }
 }
 
+/// `v.round_ties_even()` for |v| < 2²² (up to the sign of a zero): adding
+/// 1.5·2²³ pushes the fraction out of the mantissa, rounding to nearest even
+/// like the FPU does. Baseline x86-64 has no rounding instruction, so
+/// `round_ties_even` is a libm call per element (9% of a batched decode
+/// pass); this is two adds.
+#[inline]
+pub fn round_small(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
+    (v + MAGIC) - MAGIC
+}
+
 /// Quantize an activation row the way ggml-cpu does at run time on x86
 /// (its AVX `quantize_row_q8_0`), which differs from the reference above in
 /// two last-bit details: the multiplier is `127 / amax` rather than `1 / d`,
@@ -68,18 +79,22 @@ pub fn quantize_row(x: &[f32], y: &mut [BlockQ8_0]) {
 /// of each rounding as llama.cpp's, so small differences do not flip
 /// quants and grow layer by layer. Weights still use [`quantize_row`], as
 /// llama-quantize does.
-/// `v.round_ties_even()` for |v| < 2²² (up to the sign of a zero): adding 1.5·2²³ pushes the fraction
-/// out of the mantissa, rounding to nearest even like the FPU does. Baseline
-/// x86-64 has no rounding instruction, so `round_ties_even` is a libm call
-/// per element (9% of a batched decode pass); this is two adds and
-/// vectorizes.
-#[inline]
-pub fn round_small(v: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
-    (v + MAGIC) - MAGIC
+///
+/// With the selected kernels (AVX2 where the CPU has it, bit-identical to
+/// [`quantize_row_activation_ref`]).
+pub fn quantize_row_activation(x: &[f32], y: &mut [BlockQ8_0]) {
+    assert_eq!(x.len(), y.len() * QK8_0);
+    #[cfg(target_arch = "x86_64")]
+    if crate::isa::selected() >= Isa::Avx2 && Isa::Avx2.is_supported() {
+        // SAFETY: the CPU supports AVX2, FMA and F16C (checked).
+        unsafe { x86::quantize_row_activation_avx2(x, y) };
+        return;
+    }
+    quantize_row_activation_ref(x, y)
 }
 
-pub fn quantize_row_activation(x: &[f32], y: &mut [BlockQ8_0]) {
+/// Scalar twin of [`quantize_row_activation`].
+pub fn quantize_row_activation_ref(x: &[f32], y: &mut [BlockQ8_0]) {
     assert_eq!(x.len(), y.len() * QK8_0);
     for (xb, yb) in x.chunks_exact(QK8_0).zip(y.iter_mut()) {
         let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -144,6 +159,39 @@ fn vec_dot_for(isa: Isa) -> VecDotFn {
 
 #[cfg(test)]
 mod tests {
+    /// The AVX2 activation quantizer gives the scalar one's bytes, on
+    /// random rows, rows of ties (x.5 after scaling), zeros and extremes.
+    #[test]
+    fn activation_quantizer_simd_matches_scalar() {
+        #[cfg(target_arch = "x86_64")]
+        if super::Isa::Avx2.is_supported() {
+            let mut r = crate::quant::testing::rng(9);
+            let mut rows = crate::quant::testing::extreme_rows(32 * 5);
+            rows.push(crate::quant::testing::weights(&mut r, 32 * 7));
+            // amax 127 makes the multiplier 1: every x.5 is a tie.
+            rows.push(
+                (0..64)
+                    .map(|i| {
+                        if i % 32 == 0 {
+                            127.0
+                        } else {
+                            (i as f32 - 40.0) + 0.5
+                        }
+                    })
+                    .collect(),
+            );
+            rows.push(vec![0.0; 64]);
+            for x in rows {
+                let nb = x.len() / 32;
+                let (mut a, mut b) = (vec![BlockQ8_0::zeroed(); nb], vec![BlockQ8_0::zeroed(); nb]);
+                super::quantize_row_activation_ref(&x, &mut a);
+                // SAFETY: AVX2 is supported (checked above).
+                unsafe { super::x86::quantize_row_activation_avx2(&x, &mut b) };
+                assert_eq!(a, b);
+            }
+        }
+    }
+
     #[test]
     fn round_small_is_round_ties_even() {
         let mut v = -200.0f32;

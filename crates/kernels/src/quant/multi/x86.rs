@@ -62,15 +62,18 @@ fn reduce_fours<const N: usize>(v: &[__m256; N]) -> [f32; N] {
     let mut out = [0.0; N];
     let z = _mm256_setzero_ps();
     for c in (0..N).step_by(4) {
-        let k = 4.min(N - c);
         let mut q = [z; 4];
-        q[..k].copy_from_slice(&v[c..c + k]);
+        for k in 0..4.min(N - c) {
+            q[k] = v[c + k];
+        }
         let h = _mm256_hadd_ps(_mm256_hadd_ps(q[0], q[1]), _mm256_hadd_ps(q[2], q[3]));
         let r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
         let mut lanes = [0.0f32; 4];
         // SAFETY: an unaligned 16-byte store into a 4-float array.
         unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), r) };
-        out[c..c + k].copy_from_slice(&lanes[..k]);
+        for k in 0..4.min(N - c) {
+            out[c + k] = lanes[k];
+        }
     }
     out
 }

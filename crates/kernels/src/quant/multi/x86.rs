@@ -52,32 +52,6 @@ macro_rules! part {
     };
 }
 
-/// The lane sums of `N` vectors, four at a time with `hadd`: 11 operations
-/// per four instead of 8 per vector. Each vector's sum is the same tree
-/// whatever its neighbours (a missing neighbour is zero and adds nothing),
-/// so results do not depend on `N`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn reduce_fours<const N: usize>(v: &[__m256; N]) -> [f32; N] {
-    let mut out = [0.0; N];
-    let z = _mm256_setzero_ps();
-    for c in (0..N).step_by(4) {
-        let mut q = [z; 4];
-        for k in 0..4.min(N - c) {
-            q[k] = v[c + k];
-        }
-        let h = _mm256_hadd_ps(_mm256_hadd_ps(q[0], q[1]), _mm256_hadd_ps(q[2], q[3]));
-        let r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-        let mut lanes = [0.0f32; 4];
-        // SAFETY: an unaligned 16-byte store into a 4-float array.
-        unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), r) };
-        for k in 0..4.min(N - c) {
-            out[c + k] = lanes[k];
-        }
-    }
-    out
-}
-
 /// Checks that every activation holds the quads of a `nb`-block row: the
 /// bound the unchecked loads below rely on.
 fn check_quads(nb: usize, acts: &[Q8Quads<'_>]) -> usize {
@@ -178,14 +152,12 @@ pub unsafe fn group_avx512<B: MultiBlock, const N: usize>(
             }
         }
     }
-    // The side sums join the low 8 lanes, the halves fold to 8 lanes, then
-    // four activations are reduced together.
-    let mut v = [_mm256_setzero_ps(); N];
+    let mut out = [0.0; N];
     for c in 0..N {
-        let a = _mm512_add_ps(acc[c], _mm512_zextps256_ps512(accm[c]));
-        v[c] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+        // One reduction: the side sums join the low 8 lanes first.
+        out[c] = _mm512_reduce_add_ps(_mm512_add_ps(acc[c], _mm512_zextps256_ps512(accm[c])));
     }
-    reduce_fours(&v)
+    out
 }
 
 /// [`group_avx512`] with 256-bit registers: blocks 0–1 and 2–3 of a quad
@@ -288,9 +260,9 @@ pub unsafe fn group_avx2<B: MultiBlock, const N: usize>(
             }
         }
     }
-    let mut v = [_mm256_setzero_ps(); N];
+    let mut out = [0.0; N];
     for c in 0..N {
-        v[c] = _mm256_add_ps(acc[c], accm[c]);
+        out[c] = hsum_f32x8(_mm256_add_ps(acc[c], accm[c]));
     }
-    reduce_fours(&v)
+    out
 }

@@ -126,6 +126,27 @@ impl ChatTemplate {
         self.eos_token.as_deref()
     }
 
+    /// What the template writes between an assistant reply and the next user
+    /// message (the reply's end marker and the next turn's header), with
+    /// trailing whitespace trimmed: `"\nQ:"` for a `Q:`/`A:` format,
+    /// `"<|im_end|>\n<|im_start|>user"` for ChatML. A model that keeps
+    /// writing past its answer writes this next, so chat stops on it.
+    /// `None` when it is only whitespace or the probe does not render.
+    pub fn turn_stop(&self) -> Option<String> {
+        const REPLY: &str = "\u{E000}reply\u{E000}";
+        const NEXT: &str = "\u{E001}next\u{E001}";
+        let messages = [
+            Message::user("hi"),
+            Message::assistant(REPLY),
+            Message::user(NEXT),
+        ];
+        let text = self.render(&messages, false).ok()?;
+        let start = text.find(REPLY)? + REPLY.len();
+        let between = &text[start..start + text[start..].find(NEXT)?];
+        let stop = between.trim_end();
+        (!stop.trim().is_empty()).then(|| stop.to_string())
+    }
+
     /// The prompt for `messages`; with `add_generation_prompt`, ending with
     /// the header that makes the model answer as the assistant.
     pub fn render(

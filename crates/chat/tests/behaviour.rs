@@ -270,3 +270,35 @@ fn deeply_nested_source_is_a_syntax_error() {
         );
     }
 }
+
+/// The text between a reply and the next user turn, which chat stops on.
+#[test]
+fn turn_stop_is_what_starts_the_next_user_turn() {
+    // The built-in model's Q:/A: format (crates/train/src/export.rs).
+    let qa = "{% for m in messages %}\
+{% if m['role'] == 'system' %}{{ m['content'] | trim }}\n\
+{% elif m['role'] == 'user' %}Q: {{ m['content'] | trim }}\n\
+{% else %}A: {{ m['content'] | trim }}\n{% endif %}\
+{% endfor %}{% if add_generation_prompt %}A:{% endif %}";
+    let template = ChatTemplate::new(qa, None, None).unwrap();
+    assert_eq!(template.turn_stop().as_deref(), Some("\nQ:"));
+    let chatml = ChatTemplate::or_fallback(None, None, None).unwrap();
+    assert_eq!(
+        chatml.turn_stop().as_deref(),
+        Some("<|im_end|>\n<|im_start|>user")
+    );
+    // Nothing (or only whitespace) between turns: no stop string.
+    for source in [
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+        "{% for m in messages %}{{ m['content'] }}\n\n{% endfor %}",
+    ] {
+        let t = ChatTemplate::new(source, None, None).unwrap();
+        assert_eq!(t.turn_stop(), None, "{source}");
+    }
+    // A template that refuses the probe conversation: none, not an error.
+    let strict = "{{ raise_exception('no') }}";
+    assert_eq!(
+        ChatTemplate::new(strict, None, None).unwrap().turn_stop(),
+        None
+    );
+}

@@ -389,3 +389,23 @@ fn terminal_session_with_ctrl_c() {
     child.send("\x03");
     assert_eq!(child.exit_code(), Some(130), "{}", screen.text());
 }
+
+/// The built-in model has no end-of-turn token and, left alone, writes the
+/// next `Q:` line itself; chat stops where its template would start one.
+#[test]
+fn builtin_model_stops_before_writing_the_next_question() {
+    let (ok, out, err) = chat(
+        &["--temp", "0", "-n", "200"],
+        "Who is Romeo?\nWho is Juliet?\n",
+    );
+    assert!(ok, "{err}");
+    assert_eq!(replies(&err), 2, "{err}");
+    assert!(
+        !out.contains("Q:"),
+        "a reply ran into the next question: {out:?}"
+    );
+    // Both replies stopped on the turn marker, well short of -n 200.
+    for [generated, _, _] in stats(&err) {
+        assert!(generated < 200, "{err}");
+    }
+}

@@ -48,6 +48,8 @@ pub struct App {
     pub model_name: String,
     pub vocab: Arc<Vocab>,
     pub template: Arc<ChatTemplate>,
+    /// [`ChatTemplate::turn_stop`]: an extra stop string for chat requests.
+    pub turn_stop: Option<String>,
     pub jobs: Sender<Msg>,
     pub metrics: Arc<Metrics>,
     /// Positions per slot.
@@ -284,6 +286,12 @@ async fn generate(
             ),
         )
         .with_code("context_length_exceeded"));
+    }
+    let mut options = options;
+    if matches!(kind, Kind::Chat) {
+        // Where the template would start the next user turn (a model
+        // without an end-of-turn token writes it), as for `cachefit chat`.
+        options.stop.extend(app.turn_stop.clone());
     }
     let (id, rx) = submit(&app, prompt, &options)?;
     let envelope = Envelope {

@@ -101,6 +101,7 @@ pub fn serve(
         max_body_bytes: config.max_body_bytes,
         model_name: config.model_name.clone(),
         vocab: vocab.clone(),
+        turn_stop: template.turn_stop(),
         template: Arc::new(template),
         jobs,
         metrics: metrics.clone(),

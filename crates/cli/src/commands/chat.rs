@@ -173,6 +173,9 @@ pub fn run(args: Args) -> Result<()> {
         eog.extend(vocab.token_id(im_end));
         stop_strings.push(im_end.to_string());
     }
+    // A model without an end-of-turn token (the built-in one's Q:/A:
+    // format) writes the next question itself: stop where it begins.
+    stop_strings.extend(template.turn_stop());
     let sampling = SamplerConfig {
         temp: args.temp,
         top_k: args.top_k,

@@ -415,52 +415,56 @@ fn sequences_in_one_batch_equal_each_alone() {
         .map(|t| batched(&cfg, &w, &pool, t, KvType::F16))
         .collect();
     // Sequence 1 gets 2 prompt tokens in the first batch, then both
-    // decode one token per batch, interleaved (as server slots are).
-    let mut s = State::with_options(&cfg, &w, &opts(64, 16, false, 2)).unwrap();
-    let mut batch: Vec<Token> = (0..5)
-        .map(|p| Token {
-            id: a[p],
-            seq: 0,
-            pos: p,
-            logits: p == 4,
-        })
-        .collect();
-    batch.extend((0..2).map(|p| Token {
-        id: b[p],
-        seq: 1,
-        pos: p,
-        logits: p == 1,
-    }));
-    let got = forward_tokens(&cfg, &w, &mut s, &pool, &batch).to_vec();
-    assert_eq!(bits(&got[..v]), bits(&alone[0][4 * v..5 * v]));
-    assert_eq!(bits(&got[v..]), bits(&alone[1][v..2 * v]));
-    for step in 0..7 {
-        let (pa, pb) = (5 + step, 2 + step);
-        let batch = [
-            Token {
-                id: b[pb],
-                seq: 1,
-                pos: pb,
-                logits: true,
-            },
-            Token {
-                id: a[pa],
+    // decode one token per batch, interleaved (as server slots are). With
+    // two or more threads the two sequences run on different threads.
+    for threads in [1, 2, 3] {
+        let pool = ThreadPool::new(threads);
+        let mut s = State::with_options(&cfg, &w, &opts(64, 16, false, 2)).unwrap();
+        let mut batch: Vec<Token> = (0..5)
+            .map(|p| Token {
+                id: a[p],
                 seq: 0,
-                pos: pa,
-                logits: true,
-            },
-        ];
+                pos: p,
+                logits: p == 4,
+            })
+            .collect();
+        batch.extend((0..2).map(|p| Token {
+            id: b[p],
+            seq: 1,
+            pos: p,
+            logits: p == 1,
+        }));
         let got = forward_tokens(&cfg, &w, &mut s, &pool, &batch).to_vec();
-        assert_eq!(
-            bits(&got[..v]),
-            bits(&alone[1][pb * v..(pb + 1) * v]),
-            "b at {pb}"
-        );
-        assert_eq!(
-            bits(&got[v..]),
-            bits(&alone[0][pa * v..(pa + 1) * v]),
-            "a at {pa}"
-        );
+        assert_eq!(bits(&got[..v]), bits(&alone[0][4 * v..5 * v]));
+        assert_eq!(bits(&got[v..]), bits(&alone[1][v..2 * v]));
+        for step in 0..7 {
+            let (pa, pb) = (5 + step, 2 + step);
+            let batch = [
+                Token {
+                    id: b[pb],
+                    seq: 1,
+                    pos: pb,
+                    logits: true,
+                },
+                Token {
+                    id: a[pa],
+                    seq: 0,
+                    pos: pa,
+                    logits: true,
+                },
+            ];
+            let got = forward_tokens(&cfg, &w, &mut s, &pool, &batch).to_vec();
+            assert_eq!(
+                bits(&got[..v]),
+                bits(&alone[1][pb * v..(pb + 1) * v]),
+                "b at {pb}, {threads} threads"
+            );
+            assert_eq!(
+                bits(&got[v..]),
+                bits(&alone[0][pa * v..(pa + 1) * v]),
+                "a at {pa}, {threads} threads"
+            );
+        }
     }
 }
 

@@ -23,12 +23,16 @@
 //! Int8 matrices read the activation quantized once per vector, as a
 //! pair of int8 vectors ([`Activation`]). Exp, SiLU, tanh and attention use [`kernels::vecops`].
 //!
-//! Everything runs on the calling thread, whatever the caller's pool: a
-//! token costs ~60 µs in all, the largest matrix (the 4096-row output head)
-//! ~6 µs, and splitting that over a second thread cost more in wake-ups
-//! than it saved (decode 2.7× slower with 2 threads on the 2-core test
-//! machine). So no synchronisation at all, and the thread count cannot
-//! change a bit of the result.
+//! A sequence's tokens run on one thread: a token costs ~60 µs in all, the
+//! largest matrix (the 4096-row output head) ~6 µs, and splitting matrices
+//! over a second thread cost more in wake-ups than it saved (decode 2.7×
+//! slower with 2 threads on the 2-core test machine). When a call holds
+//! tokens of several sequences (a server's slots) and the pool has two or
+//! more threads, the sequences are split into two groups of about equal
+//! token counts, each run by one thread in its own [`Lane`] of buffers: one
+//! pool run per call, no synchronisation inside it. Every token's
+//! arithmetic is the same either way, so the thread count cannot change a
+//! bit of the result.
 
 use super::config::BlockKind;
 use super::weights::{Activation, CachefitWeights, Matrix, Mixer};
@@ -58,11 +62,8 @@ struct Sequence {
     kv: KvStore,
 }
 
-/// Activations, per-sequence caches and scratch of a `cachefit` model.
-pub struct CachefitState {
-    n_ctx: usize,
-    n_batch: usize,
-    kv_type: KvType,
+/// The buffers one thread runs a group of tokens in.
+struct Lane {
     x: Vec<f32>,      // (n_batch, dim) residual stream
     h: Vec<f32>,      // (n_batch, dim) normed input of a block
     g: Vec<f32>,      // (n_batch, max(dim, ffn_dim)) conv gate, ffn gate
@@ -71,13 +72,28 @@ pub struct CachefitState {
     heads: Vec<f32>,  // (n_batch, q_dim) attention output
     proj: Vec<f32>,   // (n_batch, dim) output of conv_out / attn_output / ffn_down
     scores: Vec<f32>, // (heads per kv head, n_ctx rounded up to 16) scores
-    cos: Vec<f32>,    // (n_ctx, head_dim/2) RoPE table
-    sin: Vec<f32>,    // (n_ctx, head_dim/2)
     xq: Activation,
     scratch: MatvecScratch,
     /// A one-thread pool (no workers: runs inline) for the float matrices.
     serial: ThreadPool,
-    logits: Vec<f32>, // (logit rows, vocab)
+    toks: Vec<usize>, // the call's tokens this lane runs, ascending
+    logits: Vec<f32>, // (its logit rows, vocab)
+    out: Vec<usize>,  // for each of its logit rows: the row of the call's output
+}
+
+/// Two lanes: at most two groups of sequences run at once.
+const LANES: usize = 2;
+
+/// Activations, per-sequence caches and scratch of a `cachefit` model.
+pub struct CachefitState {
+    n_ctx: usize,
+    n_batch: usize,
+    kv_type: KvType,
+    cos: Vec<f32>, // (n_ctx, head_dim/2) RoPE table
+    sin: Vec<f32>, // (n_ctx, head_dim/2)
+    lanes: Vec<Lane>,
+    seq_tokens: Vec<usize>, // (n_seq,) tokens of each sequence in a call
+    logits: Vec<f32>,       // (logit rows, vocab)
     n_logits: usize,
     rows: Vec<usize>, // tokens of the last call whose logits were asked for
     seqs: Vec<Sequence>,
@@ -127,10 +143,7 @@ impl CachefitState {
                 ops::rope_freqs(&cfg.rope, p, None, c, s);
             }
         }
-        let mut st = CachefitState {
-            n_ctx,
-            n_batch: nb,
-            kv_type: o.kv_type,
+        let lane = || Lane {
             x: vec![0.0; nb * d],
             h: vec![0.0; nb * d],
             g: vec![0.0; nb * wide],
@@ -139,14 +152,24 @@ impl CachefitState {
             heads: vec![0.0; nb * cfg.q_dim()],
             proj: vec![0.0; nb * d],
             scores: vec![0.0; cfg.n_heads / cfg.n_kv_heads * vecops::scores_len(n_ctx)],
-            cos,
-            sin,
             xq: Activation::with_capacity(
                 wide.max(cfg.q_dim()),
                 wide.max(cfg.q_dim() + 2 * cfg.kv_dim()).max(cfg.vocab_size),
             ),
             scratch: MatvecScratch::new(),
             serial: ThreadPool::new(1),
+            toks: Vec::with_capacity(nb),
+            logits: vec![0.0; o.logit_rows() * cfg.vocab_size],
+            out: Vec::with_capacity(o.logit_rows()),
+        };
+        let mut st = CachefitState {
+            n_ctx,
+            n_batch: nb,
+            kv_type: o.kv_type,
+            cos,
+            sin,
+            lanes: (0..LANES).map(|_| lane()).collect(),
+            seq_tokens: vec![0; o.n_seq.max(1)],
             logits: vec![0.0; o.logit_rows() * cfg.vocab_size],
             n_logits: 0,
             rows: Vec::with_capacity(nb),
@@ -155,19 +178,21 @@ impl CachefitState {
         // Size the float matrices' activation scratch now, so the first
         // call allocates nothing either.
         let zeros = vec![0.0; wide.max(cfg.q_dim())];
-        let mut float = |m: &Matrix<'_>| {
-            if let Matrix::Float(q) = m {
-                st.scratch.quantize(q, &zeros[..q.cols()]);
-            }
-        };
-        float(&w.token_embd);
-        for b in &w.blocks {
-            let (m0, m1) = match &b.mixer {
-                Mixer::Conv { gate, out, .. } => (gate, out),
-                Mixer::Attn { qkv, out } => (qkv, out),
+        for lane in &mut st.lanes {
+            let mut float = |m: &Matrix<'_>| {
+                if let Matrix::Float(q) = m {
+                    lane.scratch.quantize(q, &zeros[..q.cols()]);
+                }
             };
-            for m in [m0, m1, &b.ffn_gate, &b.ffn_up, &b.ffn_down] {
-                float(m);
+            float(&w.token_embd);
+            for b in &w.blocks {
+                let (m0, m1) = match &b.mixer {
+                    Mixer::Conv { gate, out, .. } => (gate, out),
+                    Mixer::Attn { qkv, out } => (qkv, out),
+                };
+                for m in [m0, m1, &b.ffn_gate, &b.ffn_up, &b.ffn_down] {
+                    float(m);
+                }
             }
         }
         Ok(st)
@@ -252,17 +277,16 @@ fn project(
 }
 
 /// The forward pass over `n` tokens described by `token(i)`; see the
-/// module docs (the caller's pool is not used). Panics as
-/// [`crate::forward_tokens`] documents.
+/// module docs (the caller's pool runs two groups of sequences at once
+/// when it has the threads). Panics as [`crate::forward_tokens`] documents.
 pub(crate) fn forward<'s>(
     cfg: &ModelConfig,
     w: &CachefitWeights<'_>,
     s: &'s mut CachefitState,
-    _pool: &ThreadPool,
+    pool: &ThreadPool,
     n: usize,
     token: &(dyn Fn(usize) -> Token + Sync),
 ) -> &'s [f32] {
-    let cf = cfg.cachefit.as_ref().expect("a cachefit config");
     check_batch(
         cfg,
         n,
@@ -273,7 +297,108 @@ pub(crate) fn forward<'s>(
         token,
         &mut s.rows,
     );
-    let (d, ff, hd, n_ctx) = (cfg.dim, cfg.ffn_dim, cfg.head_dim, s.n_ctx);
+    // Split the sequences at `mid` so both groups get about half the
+    // tokens, when there are two threads and two sequences to split.
+    s.seq_tokens.fill(0);
+    for t in 0..n {
+        s.seq_tokens[token(t).seq] += 1;
+    }
+    let active = s.seq_tokens.iter().filter(|&&c| c > 0).count();
+    let mid = (pool.n_threads() >= 2 && active >= 2).then(|| {
+        let (mut before, mut mid) = (0, 0);
+        // The first index past half the tokens, leaving tokens after it.
+        while mid < s.seq_tokens.len() && (before == 0 || before + s.seq_tokens[mid] <= n / 2) {
+            before += s.seq_tokens[mid];
+            mid += 1;
+        }
+        mid
+    });
+    let ctx = Shared {
+        cos: &s.cos,
+        sin: &s.sin,
+        n_ctx: s.n_ctx,
+        rows: &s.rows,
+        token,
+    };
+    match mid {
+        None => {
+            let lane = &mut s.lanes[0];
+            lane.toks.clear();
+            lane.toks.extend(0..n);
+            run_lane(cfg, w, lane, &mut s.seqs, 0, &ctx);
+        }
+        Some(mid) => {
+            for lane in &mut s.lanes {
+                lane.toks.clear();
+            }
+            for t in 0..n {
+                s.lanes[usize::from(token(t).seq >= mid)].toks.push(t);
+            }
+            let (lo, hi) = s.seqs.split_at_mut(mid);
+            let (l0, l1) = s.lanes.split_at_mut(1);
+            let mut jobs = [(&mut l0[0], lo, 0), (&mut l1[0], hi, mid)];
+            pool.for_each_chunk_mut(&mut jobs, 1, |_, job, _| {
+                let (lane, seqs, first) = &mut job[0];
+                run_lane(cfg, w, lane, seqs, *first, &ctx);
+            });
+        }
+    }
+    // Each lane's logit rows into the call's output rows.
+    let v = cfg.vocab_size;
+    s.n_logits = s.rows.len() * v;
+    for lane in &s.lanes[..if mid.is_some() { LANES } else { 1 }] {
+        for (k, &row) in lane.out.iter().enumerate() {
+            s.logits[row * v..(row + 1) * v].copy_from_slice(&lane.logits[k * v..(k + 1) * v]);
+        }
+    }
+    &s.logits[..s.n_logits]
+}
+
+/// What every lane of a call reads.
+struct Shared<'a> {
+    cos: &'a [f32],
+    sin: &'a [f32],
+    n_ctx: usize,
+    rows: &'a [usize],
+    token: &'a (dyn Fn(usize) -> Token + Sync),
+}
+
+/// The forward pass over the call's tokens `lane.toks`, whose sequences
+/// are `seqs` (sequence `first + i` is `seqs[i]`).
+fn run_lane(
+    cfg: &ModelConfig,
+    w: &CachefitWeights<'_>,
+    lane: &mut Lane,
+    seqs: &mut [Sequence],
+    first: usize,
+    ctx: &Shared<'_>,
+) {
+    let cf = cfg.cachefit.as_ref().expect("a cachefit config");
+    let Lane {
+        x,
+        h,
+        g: g_buf,
+        up: up_buf,
+        qkv: qkv_all,
+        heads: heads_all,
+        proj,
+        scores,
+        xq,
+        scratch,
+        serial: pool,
+        toks,
+        logits,
+        out,
+    } = lane;
+    let n = toks.len();
+    let token = |i: usize| {
+        let t = (ctx.token)(toks[i]);
+        Token {
+            seq: t.seq - first,
+            ..t
+        }
+    };
+    let (d, ff, hd, n_ctx) = (cfg.dim, cfg.ffn_dim, cfg.head_dim, ctx.n_ctx);
     let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
     let qkv_dim = q_dim + 2 * kv_dim;
     let (nkv, group, half, k_taps) = (
@@ -285,10 +410,10 @@ pub(crate) fn forward<'s>(
     let scale = 1.0 / (hd as f32).sqrt();
     let eps = cfg.norm_eps;
 
-    let x = &mut s.x[..n * d];
-    let h = &mut s.h[..n * d];
-    let proj = &mut s.proj[..n * d];
-    let (xq, scratch, pool) = (&mut s.xq, &mut s.scratch, &s.serial);
+    let x = &mut x[..n * d];
+    let h = &mut h[..n * d];
+    let proj = &mut proj[..n * d];
+    let pool = &*pool;
 
     // x = embedding rows, (n, dim)
     for (i, xt) in x.chunks_exact_mut(d).enumerate() {
@@ -307,15 +432,15 @@ pub(crate) fn forward<'s>(
                 // reads the earlier ones'.
                 for (t, ht) in h.chunks_exact(d).enumerate() {
                     let tok = token(t);
-                    let hist = &mut s.seqs[tok.seq].conv[ci * hist_len..(ci + 1) * hist_len];
+                    let hist = &mut seqs[tok.seq].conv[ci * hist_len..(ci + 1) * hist_len];
                     hist[tok.pos * d..(tok.pos + 1) * d].copy_from_slice(ht);
                 }
-                let g = &mut s.g[..n * d];
-                let c = &mut s.up[..n * d];
+                let g = &mut g_buf[..n * d];
+                let c = &mut up_buf[..n * d];
                 project(pool, gate, h, g, xq, scratch); // (n, dim)
                 for (t, ct) in c.chunks_exact_mut(d).enumerate() {
                     let tok = token(t);
-                    let hist = &s.seqs[tok.seq].conv[ci * hist_len..(ci + 1) * hist_len];
+                    let hist = &seqs[tok.seq].conv[ci * hist_len..(ci + 1) * hist_len];
                     ct.fill(0.0);
                     // Tap k reads position pos - (K-1) + k (zero before 0).
                     for (k, tap) in taps.chunks_exact(d).enumerate() {
@@ -335,13 +460,13 @@ pub(crate) fn forward<'s>(
                 ci += 1;
             }
             (Mixer::Attn { qkv, out }, BlockKind::Attn) => {
-                let qkv_buf = &mut s.qkv[..n * qkv_dim];
+                let qkv_buf = &mut qkv_all[..n * qkv_dim];
                 project(pool, qkv, h, qkv_buf, xq, scratch); // (n, q_dim + 2·kv_dim)
                 for (t, row) in qkv_buf.chunks_exact_mut(qkv_dim).enumerate() {
                     let tok = token(t);
                     let (c, sn) = (
-                        &s.cos[tok.pos * half..(tok.pos + 1) * half],
-                        &s.sin[tok.pos * half..(tok.pos + 1) * half],
+                        &ctx.cos[tok.pos * half..(tok.pos + 1) * half],
+                        &ctx.sin[tok.pos * half..(tok.pos + 1) * half],
                     );
                     let (qk, v) = row.split_at_mut(q_dim + kv_dim);
                     for head in qk.chunks_exact_mut(hd) {
@@ -351,7 +476,7 @@ pub(crate) fn forward<'s>(
                     let k = &qk[q_dim..];
                     let base = ai * 2 * kv_dim * n_ctx;
                     let (koff, voff) = (base, base + kv_dim * n_ctx);
-                    match &mut s.seqs[tok.seq].kv {
+                    match &mut seqs[tok.seq].kv {
                         KvStore::F16(kv) => {
                             for (r, (&kr, &vr)) in k.iter().zip(v.iter()).enumerate() {
                                 kv[koff + r * n_ctx + tok.pos] = f16::from_f32(kr);
@@ -366,7 +491,7 @@ pub(crate) fn forward<'s>(
                         }
                     }
                 }
-                let heads = &mut s.heads[..n * q_dim];
+                let heads = &mut heads_all[..n * q_dim];
                 let base = ai * 2 * kv_dim * n_ctx; // this block's keys, then values
                 for (t, o) in heads.chunks_exact_mut(q_dim).enumerate() {
                     let tok = token(t);
@@ -382,8 +507,7 @@ pub(crate) fn forward<'s>(
                         let k0 = base + g * hd * n_ctx;
                         let v0 = k0 + kv_dim * n_ctx;
                         let (k, v) = (k0..k0 + hd * n_ctx, v0..v0 + hd * n_ctx);
-                        let scores = &mut s.scores;
-                        match &s.seqs[tok.seq].kv {
+                        match &seqs[tok.seq].kv {
                             KvStore::F16(kv) => {
                                 let a = attention(qg, hd, &kv[k], &kv[v], n_ctx, tok.pos, scale);
                                 vecops::attend_f16(&a, scores, og)
@@ -406,8 +530,8 @@ pub(crate) fn forward<'s>(
         for (o, xt) in h.chunks_exact_mut(d).zip(x.chunks_exact(d)) {
             ops::rmsnorm(o, xt, &block.ffn_norm, eps);
         }
-        let g = &mut s.g[..n * ff];
-        let up = &mut s.up[..n * ff];
+        let g = &mut g_buf[..n * ff];
+        let up = &mut up_buf[..n * ff];
         for ((ht, gt), ut) in h
             .chunks_exact(d)
             .zip(g.chunks_exact_mut(ff))
@@ -422,19 +546,23 @@ pub(crate) fn forward<'s>(
         ops::add_inplace(x, proj);
     }
 
-    // logits = softcap(E · rmsnorm(x)), for the rows asked for, (n_out, vocab)
-    let n_out = s.rows.len();
+    // logits = softcap(E · rmsnorm(x)), for the call's rows asked for that
+    // this lane ran, (its rows, vocab)
     let v = cfg.vocab_size;
-    s.n_logits = n_out * v;
-    for (i, &r) in s.rows.iter().enumerate() {
-        let ht = &mut h[i * d..(i + 1) * d];
-        ops::rmsnorm(ht, &x[r * d..(r + 1) * d], &w.output_norm, eps);
+    out.clear();
+    for (row, &t) in ctx.rows.iter().enumerate() {
+        let Ok(i) = toks.binary_search(&t) else {
+            continue; // the other lane's
+        };
+        let k = out.len();
+        let ht = &mut h[k * d..(k + 1) * d];
+        ops::rmsnorm(ht, &x[i * d..(i + 1) * d], &w.output_norm, eps);
         xq.quantize(ht);
-        let lt = &mut s.logits[i * v..(i + 1) * v];
+        let lt = &mut logits[k * v..(k + 1) * v];
         w.token_embd.matvec(pool, ht, xq, lt, scratch);
         if cf.softcap > 0.0 {
             vecops::softcap(lt, cf.softcap);
         }
+        out.push(row);
     }
-    &s.logits[..s.n_logits]
 }

@@ -541,6 +541,124 @@ pub fn rows_kernel(isa: Isa) -> RowsFn {
     }
 }
 
+/// `ys[a][i] = m.row(row0 + i) · xs[a]`, scaled as in [`RowsFn`], for
+/// `i < ys[a].len()` (the same for every `a`): several activations against
+/// one matrix, its weights read once for several of them where the kernel
+/// can. Every output equals the single-activation kernel's, bit for bit.
+pub type RowsMultiFn = fn(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, ys: &mut [&mut [f32]]);
+
+/// Activations one [`matvec_multi`] call takes at most.
+pub const MAX_MULTI: usize = 16;
+
+/// Check what every multi kernel relies on; returns the row count.
+fn check_multi(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, ys: &[&mut [f32]]) -> usize {
+    assert!(
+        !xs.is_empty() && xs.len() == ys.len(),
+        "int8 matvec_multi: {} activations, {} outputs",
+        xs.len(),
+        ys.len()
+    );
+    let n = ys[0].len();
+    for (x, y) in xs.iter().zip(ys) {
+        assert_eq!(
+            y.len(),
+            n,
+            "int8 matvec_multi: outputs of different lengths"
+        );
+        check(m, x, row0, y);
+    }
+    n
+}
+
+/// A multi kernel from a single-activation one: each activation in turn,
+/// 64 rows at a time (so those rows' weights are still in L1 for the next).
+fn each_activation(
+    single: RowsFn,
+    m: &I8Matrix<'_>,
+    xs: &[&I8Vector],
+    row0: usize,
+    ys: &mut [&mut [f32]],
+) {
+    let n = check_multi(m, xs, row0, ys);
+    for i0 in (0..n).step_by(64) {
+        let i1 = (i0 + 64).min(n);
+        for (x, y) in xs.iter().zip(ys.iter_mut()) {
+            single(m, x, row0 + i0, &mut y[i0..i1]);
+        }
+    }
+}
+
+/// The scalar twin of the multi kernels: [`matvec_rows_ref`] per
+/// activation.
+pub fn matvec_rows_multi_ref(
+    m: &I8Matrix<'_>,
+    xs: &[&I8Vector],
+    row0: usize,
+    ys: &mut [&mut [f32]],
+) {
+    each_activation(matvec_rows_ref, m, xs, row0, ys)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn matvec_rows_multi_avx2(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, ys: &mut [&mut [f32]]) {
+    each_activation(matvec_rows_avx2, m, xs, row0, ys)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn matvec_rows_multi_vnni(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, ys: &mut [&mut [f32]]) {
+    let Some(p) = &m.packed else {
+        return each_activation(matvec_rows_vnni, m, xs, row0, ys);
+    };
+    let n = check_multi(m, xs, row0, ys);
+    let mut acts = [x86::PackedAct {
+        q: &[],
+        sum: 0,
+        scale: 0.0,
+    }; x86::MULTI_ACTS];
+    for (xc, yc) in xs
+        .chunks(x86::MULTI_ACTS)
+        .zip(ys.chunks_mut(x86::MULTI_ACTS))
+    {
+        for (a, x) in acts.iter_mut().zip(xc) {
+            *a = x86::PackedAct {
+                q: x.q_padded(),
+                sum: x.sum,
+                scale: x.scale,
+            };
+        }
+        // SAFETY: as in `matvec_rows_vnni` for each activation: the packed
+        // blocks cover the `n` rows from `row0` that `check_multi` checked,
+        // each activation is zero-padded to whole 64-byte lines, and each
+        // output holds `n` floats.
+        unsafe {
+            x86::rows_vnni_packed_multi(
+                bytemuck::cast_slice(p),
+                m.cols,
+                m.scales,
+                &acts[..xc.len()],
+                row0,
+                n,
+                yc,
+            )
+        };
+    }
+}
+
+/// The multi kernel for `isa` (see [`rows_kernel`]).
+pub fn rows_multi_kernel(isa: Isa) -> RowsMultiFn {
+    // SAFETY: as in `rows_kernel`.
+    if !isa.is_supported() {
+        return matvec_rows_multi_ref;
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => matvec_rows_multi_vnni,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => matvec_rows_multi_avx2,
+        _ => matvec_rows_multi_ref,
+    }
+}
+
 /// Matrices with fewer multiply-adds run on the calling thread: below
 /// this, a pool run costs more than it saves.
 pub const PARALLEL_FROM: usize = 1 << 18;
@@ -552,6 +670,79 @@ pub fn matvec(pool: &ThreadPool, m: &I8Matrix<'_>, x: &I8Vector, y: &mut [f32]) 
     let kernel = *KERNEL.get_or_init(|| rows_kernel(crate::isa::selected()));
     matvec_with(pool, kernel, m, x, y)
 }
+
+/// `ys = (m · xs[0], m · xs[1], …)`: `ys[a·rows..(a + 1)·rows] = m ·
+/// xs[a]`, each bit-identical to [`matvec`]'s, the weights read once for
+/// several activations. At most [`MAX_MULTI`] activations; rows split
+/// over the pool as [`matvec`] splits them.
+pub fn matvec_multi(pool: &ThreadPool, m: &I8Matrix<'_>, xs: &[&I8Vector], ys: &mut [f32]) {
+    static KERNEL: std::sync::OnceLock<RowsMultiFn> = std::sync::OnceLock::new();
+    let kernel = *KERNEL.get_or_init(|| rows_multi_kernel(crate::isa::selected()));
+    matvec_multi_with(pool, kernel, m, xs, ys)
+}
+
+/// [`matvec_multi`] with a given kernel (from [`rows_multi_kernel`]).
+pub fn matvec_multi_with(
+    pool: &ThreadPool,
+    kernel: RowsMultiFn,
+    m: &I8Matrix<'_>,
+    xs: &[&I8Vector],
+    ys: &mut [f32],
+) {
+    let (k, rows) = (xs.len(), m.rows);
+    assert!(
+        k <= MAX_MULTI,
+        "int8 matvec_multi: {k} activations, at most {MAX_MULTI}"
+    );
+    assert_eq!(
+        ys.len(),
+        rows * k,
+        "int8 matvec_multi: ys has {} elements, want {k} × {rows} rows",
+        ys.len(),
+    );
+    if k == 0 || rows == 0 {
+        return;
+    }
+    let n = pool.n_threads();
+    if n == 1 || rows * m.cols < PARALLEL_FROM {
+        let mut parts: [&mut [f32]; MAX_MULTI] = Default::default();
+        for (p, y) in parts.iter_mut().zip(ys.chunks_exact_mut(rows)) {
+            *p = y;
+        }
+        return kernel(m, xs, 0, &mut parts[..k]);
+    }
+    let chunk = rows.div_ceil(4 * n).next_multiple_of(PACK_ROWS);
+    let out = SharedOut(ys.as_mut_ptr());
+    pool.for_each_chunk(rows, chunk, |r, _| {
+        assert!(r.end <= rows);
+        let mut parts: [&mut [f32]; MAX_MULTI] = Default::default();
+        for (a, p) in parts.iter_mut().take(k).enumerate() {
+            // SAFETY: `ys` holds k·rows floats (checked above), is
+            // exclusively borrowed for this call and outlives the pool run;
+            // this slice is rows `r` of activation `a`, and the chunks' row
+            // ranges are disjoint, so no two live slices overlap.
+            *p = unsafe {
+                std::slice::from_raw_parts_mut(out.get().add(a * rows + r.start), r.len())
+            };
+        }
+        kernel(m, xs, r.start, &mut parts[..k]);
+    });
+}
+
+/// The output pointer of [`matvec_multi_with`], shared with the pool's
+/// threads, which write disjoint row ranges of it.
+struct SharedOut(*mut f32);
+
+impl SharedOut {
+    // A method, so closures capture the wrapper and not the raw field.
+    fn get(&self) -> *mut f32 {
+        self.0
+    }
+}
+
+// SAFETY: see `matvec_multi_with`: each element is written through exactly
+// one slice, and nothing else reads or writes `ys` during the run.
+unsafe impl Sync for SharedOut {}
 
 /// [`matvec`] with a given row kernel (from [`rows_kernel`]).
 pub fn matvec_with(

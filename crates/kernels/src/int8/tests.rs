@@ -328,3 +328,112 @@ fn wrong_activation_length_panics() {
     xv.quantize(&[1.0; 7]);
     matvec_rows_ref(&m, &xv, 0, &mut [0.0; 2]);
 }
+
+/// `k` random activations of `cols` elements, quantized.
+fn activations(cols: usize, k: usize, seed: u64) -> Vec<I8Vector> {
+    let mut r = rng(seed);
+    (0..k)
+        .map(|i| {
+            let mut v = I8Vector::new();
+            let x = match i % 3 {
+                2 => vec![0.0; cols], // an all-zero activation among others
+                _ => weights(&mut r, cols),
+            };
+            v.quantize_isa(Isa::Scalar, &x);
+            v
+        })
+        .collect()
+}
+
+/// `ys`, `(k, n)` row-major, as the per-activation slices a multi kernel
+/// takes.
+fn parts(ys: &mut [f32], n: usize) -> Vec<&mut [f32]> {
+    ys.chunks_exact_mut(n.max(1)).collect()
+}
+
+#[test]
+fn multi_kernels_equal_single_activation_runs_bit_for_bit() {
+    for (ci, &cols) in [1, 7, 33, 64, 145, 396, 1031].iter().enumerate() {
+        for (ri, &rows) in [1, 5, 16, 17, 70].iter().enumerate() {
+            let case = Case::random(rows, cols, (ci * 100 + ri) as u64 + 7000);
+            for k in [1, 2, 3, 4, 5, 8, 16] {
+                let acts = activations(cols, k, (ci * 1000 + ri * 10 + k) as u64);
+                let xs: Vec<&I8Vector> = acts.iter().collect();
+                // Expected: the scalar twin per activation, (k, rows).
+                let m = case.matrix();
+                let mut want = vec![f32::NAN; rows * k];
+                for (x, y) in xs.iter().zip(want.chunks_exact_mut(rows)) {
+                    matvec_rows_ref(&m, x, 0, y);
+                }
+                let (mut packed, mut rowwise) = (case.matrix(), case.matrix());
+                packed.pack();
+                rowwise.unpack();
+                for isa in Isa::supported() {
+                    let kernel = rows_multi_kernel(isa);
+                    for m in [&packed, &rowwise] {
+                        let what = format!("{isa:?} {rows}x{cols} k={k} packed={}", m.is_packed());
+                        let mut ys = vec![f32::NAN; rows * k];
+                        kernel(m, &xs, 0, &mut parts(&mut ys, rows));
+                        assert_eq!(bits(&ys), bits(&want), "{what}");
+                        // Any row range (as the pool splits them).
+                        for row0 in 1..rows {
+                            for end in [row0 + 1, rows] {
+                                let n = end - row0;
+                                let mut ys = vec![f32::NAN; n * k];
+                                kernel(m, &xs, row0, &mut parts(&mut ys, n));
+                                for (a, y) in ys.chunks_exact(n).enumerate() {
+                                    let w = &want[a * rows + row0..a * rows + end];
+                                    assert_eq!(bits(y), bits(w), "{what} rows {row0}..{end}");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matvec_multi_splits_rows_over_threads_identically() {
+    let case = Case::random(4097, 72, 12);
+    let m = case.matrix();
+    for k in [1, 6, MAX_MULTI] {
+        let acts = activations(72, k, 13);
+        let xs: Vec<&I8Vector> = acts.iter().collect();
+        let mut want = vec![0.0; case.rows * k];
+        matvec_rows_multi_ref(&m, &xs, 0, &mut parts(&mut want, case.rows));
+        for t in 1..=3 {
+            let pool = ThreadPool::new(t);
+            for isa in Isa::supported() {
+                let mut ys = vec![f32::NAN; want.len()];
+                matvec_multi_with(&pool, rows_multi_kernel(isa), &m, &xs, &mut ys);
+                assert_eq!(bits(&ys), bits(&want), "{isa:?} threads={t} k={k}");
+            }
+            let mut ys = vec![f32::NAN; want.len()];
+            matvec_multi(&pool, &m, &xs, &mut ys);
+            assert_eq!(bits(&ys), bits(&want), "selected, threads={t} k={k}");
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "x has 71 elements")]
+fn multi_with_a_wrong_activation_length_panics() {
+    let case = Case::random(3, 72, 14);
+    let m = case.matrix();
+    let (a, b) = (activations(72, 1, 1), activations(71, 1, 2));
+    let mut ys = vec![0.0; 6];
+    matvec_rows_multi_ref(&m, &[&a[0], &b[0]], 0, &mut parts(&mut ys, 3));
+}
+
+#[test]
+#[should_panic(expected = "at most 16")]
+fn multi_with_too_many_activations_panics() {
+    let case = Case::random(3, 72, 15);
+    let m = case.matrix();
+    let acts = activations(72, MAX_MULTI + 1, 3);
+    let xs: Vec<&I8Vector> = acts.iter().collect();
+    let mut ys = vec![0.0; 3 * xs.len()];
+    matvec_multi(&ThreadPool::new(1), &m, &xs, &mut ys);
+}

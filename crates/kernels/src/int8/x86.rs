@@ -540,3 +540,170 @@ pub(super) unsafe fn rows_vnni_packed(
         b += nb;
     }
 }
+
+/// What the packed multi kernel needs of one activation: `q` zero-padded
+/// to whole 4-byte groups, Σ q, and the scale.
+#[derive(Clone, Copy)]
+pub(super) struct PackedAct<'a> {
+    pub q: &'a [i8],
+    pub sum: i32,
+    pub scale: f32,
+}
+
+/// Activations per step of [`rows_vnni_packed_multi`]: four blocks × four
+/// activations = 16 accumulators, plus four broadcasts and a weight, fit
+/// the 32 zmm registers.
+pub(super) const MULTI_ACTS: usize = 4;
+
+/// Σ over all column groups of `NB` packed blocks against each of `NA`
+/// broadcast activations: one 64-byte weight load feeds `NA` `vpdpbusd`,
+/// the point of running several activations at once. Integer sums, so the
+/// result equals `NA` runs of [`dot_blocks`].
+///
+/// # Safety
+/// As [`dot_blocks`], for every activation: each `p[j]` points at
+/// `groups·64` readable bytes and each `xs[a]` at `groups·4`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
+unsafe fn dot_blocks_multi<const NB: usize, const NA: usize>(
+    p: [*const u8; NB],
+    xs: [*const i8; NA],
+    groups: usize,
+) -> [[__m512i; NB]; NA] {
+    let mut acc = [[_mm512_setzero_si512(); NB]; NA];
+    for g in 0..groups {
+        let mut xb = [_mm512_setzero_si512(); NA];
+        for a in 0..NA {
+            // SAFETY: 4 bytes at 4g < groups·4 of activation a.
+            xb[a] = _mm512_set1_epi32(unsafe { xs[a].add(4 * g).cast::<i32>().read_unaligned() });
+        }
+        for j in 0..NB {
+            // SAFETY: 64 bytes at g·64 < groups·64 of block j.
+            let wv = unsafe { _mm512_loadu_si512(p[j].add(g * 64).cast()) };
+            for a in 0..NA {
+                acc[a][j] = _mm512_dpbusd_epi32(acc[a][j], wv, xb[a]);
+            }
+        }
+    }
+    acc
+}
+
+/// `NA` activations' `NB` block sums padded with zeros to whole groups.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
+fn pad_multi<const NB: usize, const NA: usize>(
+    a: [[__m512i; NB]; NA],
+) -> [[__m512i; PACKED_GROUP]; MULTI_ACTS] {
+    let mut out = [[_mm512_setzero_si512(); PACKED_GROUP]; MULTI_ACTS];
+    for (o, r) in out.iter_mut().zip(a) {
+        o[..NB].copy_from_slice(&r);
+    }
+    out
+}
+
+/// A `match` over the activation count `$na` (1..=4) running
+/// [`dot_blocks_multi`] on the block pointers `$p` and the first `$na`
+/// activation pointers of `$x`.
+macro_rules! dot_acts {
+    ($p:expr, $na:expr, $x:expr, $groups:expr) => {{
+        let (p, x, g) = ($p, $x, $groups);
+        match $na {
+            1 => pad_multi(dot_blocks_multi(p, [x[0]], g)),
+            2 => pad_multi(dot_blocks_multi(p, [x[0], x[1]], g)),
+            3 => pad_multi(dot_blocks_multi(p, [x[0], x[1], x[2]], g)),
+            _ => pad_multi(dot_blocks_multi(p, [x[0], x[1], x[2], x[3]], g)),
+        }
+    }};
+}
+
+/// [`rows_vnni_packed`] for several activations at once, the weights read
+/// once per [`MULTI_ACTS`] activations: `ys[a][i] = Σ_c w[row0+i][c] ·
+/// xs[a].q[c]` scaled, for `i < n`. Each output is computed exactly as
+/// [`rows_vnni_packed`] computes it (same integer sum, same two float
+/// products).
+///
+/// # Safety
+/// As [`rows_vnni_packed`] for the `n` rows from `row0` and every
+/// activation (`q` at least `cols` rounded up to 4 bytes, zero past
+/// `cols`; `sum` = Σ q). `ys` has one output per activation, each at
+/// least `n` long.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn rows_vnni_packed_multi(
+    packed: &[u8],
+    cols: usize,
+    scales: &[f32],
+    xs: &[PackedAct<'_>],
+    row0: usize,
+    n: usize,
+    ys: &mut [&mut [f32]],
+) {
+    let k = xs.len();
+    if k == 0 || n == 0 {
+        return;
+    }
+    assert!(ys.len() >= k && ys.iter().all(|y| y.len() >= n));
+    let groups = cols.div_ceil(4);
+    let bb = groups * 64;
+    debug_assert!(xs.iter().all(|x| x.q.len() >= groups * 4));
+    debug_assert!(packed.len() >= (row0 + n).div_ceil(16) * bb);
+    debug_assert!(scales.len() >= row0 + n);
+    let (first, end) = (row0 / 16, (row0 + n).div_ceil(16)); // blocks
+    let n_groups = (end - first).div_ceil(PACKED_GROUP);
+    let mut b = first;
+    for gi in 0..n_groups {
+        let nb = (end - b).div_ceil(n_groups - gi);
+        for a0 in (0..k).step_by(MULTI_ACTS) {
+            let na = (k - a0).min(MULTI_ACTS);
+            let mut x = [xs[a0].q.as_ptr(); MULTI_ACTS];
+            for (xp, act) in x.iter_mut().zip(&xs[a0..a0 + na]) {
+                *xp = act.q.as_ptr();
+            }
+            // SAFETY: blocks b..b+nb are inside `packed` (b + nb <= end),
+            // each `bb = groups·64` bytes; every activation holds at least
+            // groups·4 bytes.
+            let acc = unsafe {
+                let at = |j: usize| packed.as_ptr().add((b + j) * bb);
+                match nb {
+                    1 => dot_acts!([at(0)], na, x, groups),
+                    2 => dot_acts!([at(0), at(1)], na, x, groups),
+                    3 => dot_acts!([at(0), at(1), at(2)], na, x, groups),
+                    _ => dot_acts!([at(0), at(1), at(2), at(3)], na, x, groups),
+                }
+            };
+            for (a, (acc_a, act)) in acc.iter().zip(&xs[a0..a0 + na]).enumerate() {
+                let corr = _mm512_set1_epi32(act.sum.wrapping_mul(128));
+                let vsx = _mm512_set1_ps(act.scale);
+                let y = &mut *ys[a0 + a];
+                for (j, &s) in acc_a.iter().enumerate().take(nb) {
+                    // As in `rows_vnni_packed`.
+                    let r0 = 16 * (b + j);
+                    let (lo, hi) = (r0.max(row0), (r0 + 16).min(row0 + n));
+                    let s = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, corr));
+                    if lo == r0 && hi == r0 + 16 {
+                        let y = &mut y[r0 - row0..r0 - row0 + 16];
+                        // SAFETY: rows r0..r0+16 are inside `scales` (all
+                        // below row0 + n) and `y` holds those 16 floats.
+                        unsafe {
+                            let sc = _mm512_loadu_ps(scales.as_ptr().add(r0));
+                            let v = _mm512_mul_ps(s, _mm512_mul_ps(sc, vsx));
+                            _mm512_storeu_ps(y.as_mut_ptr(), v);
+                        }
+                    } else {
+                        let mut sc = [0.0f32; 16];
+                        sc[lo - r0..hi - r0].copy_from_slice(&scales[lo..hi]);
+                        let mut t = [0.0f32; 16];
+                        // SAFETY: both arrays hold 16 floats.
+                        unsafe {
+                            let v =
+                                _mm512_mul_ps(s, _mm512_mul_ps(_mm512_loadu_ps(sc.as_ptr()), vsx));
+                            _mm512_storeu_ps(t.as_mut_ptr(), v);
+                        }
+                        y[lo - row0..hi - row0].copy_from_slice(&t[lo - r0..hi - r0]);
+                    }
+                }
+            }
+        }
+        b += nb;
+    }
+}

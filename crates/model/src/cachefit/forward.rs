@@ -21,7 +21,8 @@
 //! ```
 //!
 //! Int8 matrices read the activation quantized once per vector, as a
-//! pair of int8 vectors ([`Activation`]). Exp, SiLU, tanh and attention use [`kernels::vecops`].
+//! pair of int8 vectors ([`Activations`], up to
+//! [`TOKENS_PER_PASS`] tokens against each weight read). Exp, SiLU, tanh and attention use [`kernels::vecops`].
 //!
 //! A sequence's tokens run on one thread: a token costs ~60 µs in all, the
 //! largest matrix (the 4096-row output head) ~6 µs, and splitting matrices
@@ -35,7 +36,7 @@
 //! bit of the result.
 
 use super::config::BlockKind;
-use super::weights::{Activation, CachefitWeights, Matrix, Mixer};
+use super::weights::{Activations, CachefitWeights, Matrix, Mixer, TOKENS_PER_PASS};
 use crate::config::ModelConfig;
 use crate::forward::{check_batch, StateOptions, Token};
 use crate::kv_cache::KvType;
@@ -72,7 +73,7 @@ struct Lane {
     heads: Vec<f32>,  // (n_batch, q_dim) attention output
     proj: Vec<f32>,   // (n_batch, dim) output of conv_out / attn_output / ffn_down
     scores: Vec<f32>, // (heads per kv head, n_ctx rounded up to 16) scores
-    xq: Activation,
+    xq: Activations,
     scratch: MatvecScratch,
     /// A one-thread pool (no workers: runs inline) for the float matrices.
     serial: ThreadPool,
@@ -152,7 +153,7 @@ impl CachefitState {
             heads: vec![0.0; nb * cfg.q_dim()],
             proj: vec![0.0; nb * d],
             scores: vec![0.0; cfg.n_heads / cfg.n_kv_heads * vecops::scores_len(n_ctx)],
-            xq: Activation::with_capacity(
+            xq: Activations::with_capacity(
                 wide.max(cfg.q_dim()),
                 wide.max(cfg.q_dim() + 2 * cfg.kv_dim()).max(cfg.vocab_size),
             ),
@@ -260,19 +261,23 @@ fn attention<'a, T: KvElement>(
     }
 }
 
-/// `y_t = M·x_t` for the `n` rows of `xs` (`(n, cols)` → `(n, rows)`).
+/// `y_t = M·x_t` for the `n` rows of `xs` (`(n, cols)` → `(n, rows)`),
+/// [`TOKENS_PER_PASS`] tokens per pass over the weights.
 fn project(
     pool: &ThreadPool,
     m: &Matrix<'_>,
     xs: &[f32],
     ys: &mut [f32],
-    xq: &mut Activation,
+    xq: &mut Activations,
     scratch: &mut MatvecScratch,
 ) {
     let (rows, cols) = (m.rows(), m.cols());
-    for (x, y) in xs.chunks_exact(cols).zip(ys.chunks_exact_mut(rows)) {
-        xq.quantize(x);
-        m.matvec(pool, x, xq, y, scratch);
+    for (x, y) in xs
+        .chunks(TOKENS_PER_PASS * cols)
+        .zip(ys.chunks_mut(TOKENS_PER_PASS * rows))
+    {
+        xq.quantize(x, cols);
+        m.matvecs(pool, x, xq, y, scratch);
     }
 }
 
@@ -533,13 +538,15 @@ fn run_lane(
         let g = &mut g_buf[..n * ff];
         let up = &mut up_buf[..n * ff];
         for ((ht, gt), ut) in h
-            .chunks_exact(d)
-            .zip(g.chunks_exact_mut(ff))
-            .zip(up.chunks_exact_mut(ff))
+            .chunks(TOKENS_PER_PASS * d)
+            .zip(g.chunks_mut(TOKENS_PER_PASS * ff))
+            .zip(up.chunks_mut(TOKENS_PER_PASS * ff))
         {
-            xq.quantize(ht); // once for gate and up
-            block.ffn_gate.matvec(pool, ht, xq, gt, scratch);
-            block.ffn_up.matvec(pool, ht, xq, ut, scratch);
+            xq.quantize(ht, d); // once for gate and up
+            block.ffn_gate.matvecs(pool, ht, xq, gt, scratch);
+            block.ffn_up.matvecs(pool, ht, xq, ut, scratch);
+        }
+        for (gt, ut) in g.chunks_exact_mut(ff).zip(up.chunks_exact(ff)) {
             vecops::swiglu(gt, ut);
         }
         project(pool, &block.ffn_down, g, proj, xq, scratch); // (n, dim)
@@ -557,9 +564,9 @@ fn run_lane(
         let k = out.len();
         let ht = &mut h[k * d..(k + 1) * d];
         ops::rmsnorm(ht, &x[i * d..(i + 1) * d], &w.output_norm, eps);
-        xq.quantize(ht);
+        xq.quantize(ht, d);
         let lt = &mut logits[k * v..(k + 1) * v];
-        w.token_embd.matvec(pool, ht, xq, lt, scratch);
+        w.token_embd.matvecs(pool, ht, xq, lt, scratch);
         if cf.softcap > 0.0 {
             vecops::softcap(lt, cf.softcap);
         }

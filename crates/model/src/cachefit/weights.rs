@@ -13,40 +13,64 @@ use kernels::matvec::{matvec, MatvecScratch, QMatrix};
 use kernels::pool::ThreadPool;
 use std::borrow::Cow;
 
-/// An activation vector in the form the int8 kernels read, as two int8
-/// vectors: `x ≈ s_hi·q_hi + s_lo·q_lo`, `q_hi` the usual per-vector
-/// quantization and `q_lo` that of what it leaves over (at most `s_hi/2`
-/// per element). About 15 bits per value: with 8 the runtime's greedy
-/// choice differed from the float reference's at ~1% of steps on the
-/// shipped model (near-ties of a high-entropy model), with the pair at
-/// <0.1%. Costs two integer dot products per row, both exact.
-pub struct Activation {
-    hi: I8Vector,
-    lo: I8Vector,
+/// Tokens whose activations go through a matrix together: the int8
+/// kernels read each weight once for all of them (two activations each).
+pub const TOKENS_PER_PASS: usize = 4;
+
+/// Up to [`TOKENS_PER_PASS`] activation vectors in the form the int8
+/// kernels read, each as two int8 vectors: `x ≈ s_hi·q_hi + s_lo·q_lo`,
+/// `q_hi` the usual per-vector quantization and `q_lo` that of what it
+/// leaves over (at most `s_hi/2` per element). About 15 bits per value:
+/// with 8 the runtime's greedy choice differed from the float reference's
+/// at ~1% of steps on the shipped model (near-ties of a high-entropy
+/// model), with the pair at <0.1%. Costs two integer dot products per row,
+/// both exact, from one read of the weights.
+pub struct Activations {
+    hi: Vec<I8Vector>,
+    lo: Vec<I8Vector>,
+    /// Tokens quantized by the last [`Activations::quantize`].
+    n: usize,
     rest: Vec<f32>,
-    /// The `q_lo` half's output, `(rows,)` of the widest matrix.
-    y_lo: Vec<f32>,
+    /// The kernels' output, `(2·n, rows)` of the widest matrix.
+    yt: Vec<f32>,
 }
 
-impl Activation {
+impl Activations {
     /// For vectors up to `cols` long and matrices up to `rows` rows.
-    pub fn with_capacity(cols: usize, rows: usize) -> Activation {
-        Activation {
-            hi: I8Vector::with_capacity(cols),
-            lo: I8Vector::with_capacity(cols),
+    pub fn with_capacity(cols: usize, rows: usize) -> Activations {
+        let v = || {
+            (0..TOKENS_PER_PASS)
+                .map(|_| I8Vector::with_capacity(cols))
+                .collect()
+        };
+        Activations {
+            hi: v(),
+            lo: v(),
+            n: 0,
             rest: vec![0.0; cols],
-            y_lo: vec![0.0; rows],
+            yt: vec![0.0; rows * 2 * TOKENS_PER_PASS],
         }
     }
 
-    pub fn quantize(&mut self, x: &[f32]) {
-        self.hi.quantize(x);
-        let s = self.hi.scale();
-        let rest = &mut self.rest[..x.len()];
-        for ((r, &xv), &q) in rest.iter_mut().zip(x).zip(self.hi.q()) {
-            *r = xv - s * q as f32;
+    /// Quantize the rows of `xs`, `(n, cols)` with `n <=`
+    /// [`TOKENS_PER_PASS`].
+    pub fn quantize(&mut self, xs: &[f32], cols: usize) {
+        let n = xs.len() / cols;
+        assert!(
+            n * cols == xs.len() && n <= TOKENS_PER_PASS,
+            "Activations::quantize: {} values are not up to {TOKENS_PER_PASS} rows of {cols}",
+            xs.len()
+        );
+        for ((x, hi), lo) in xs.chunks_exact(cols).zip(&mut self.hi).zip(&mut self.lo) {
+            hi.quantize(x);
+            let s = hi.scale();
+            let rest = &mut self.rest[..cols];
+            for ((r, &xv), &q) in rest.iter_mut().zip(x).zip(hi.q()) {
+                *r = xv - s * q as f32;
+            }
+            lo.quantize(rest);
         }
-        self.lo.quantize(rest);
+        self.n = n;
     }
 }
 
@@ -89,27 +113,48 @@ impl Matrix<'_> {
         }
     }
 
-    /// `y = M x`: int8 matrices read `xq`, the int8 form of `x` (quantized
-    /// by the caller once for all matrices that read `x`); float matrices
-    /// read `x` itself.
-    pub fn matvec(
+    /// `y_t = M x_t` for the rows of `xs` (`(n, cols)` → `ys`, `(n,
+    /// rows)`): int8 matrices read `xq`, the int8 form of `xs` (quantized
+    /// by the caller once for all matrices that read it); float matrices
+    /// read `xs` itself. `y = y_hi + y_lo`, each exactly as a
+    /// single-activation product gives it.
+    pub fn matvecs(
         &self,
         pool: &ThreadPool,
-        x: &[f32],
-        xq: &mut Activation,
-        y: &mut [f32],
+        xs: &[f32],
+        xq: &mut Activations,
+        ys: &mut [f32],
         scratch: &mut MatvecScratch,
     ) {
+        let (rows, cols) = (self.rows(), self.cols());
         match self {
             Matrix::Int8(m) => {
-                int8::matvec(pool, m, &xq.hi, y);
-                let y_lo = &mut xq.y_lo[..y.len()];
-                int8::matvec(pool, m, &xq.lo, y_lo);
-                for (a, b) in y.iter_mut().zip(y_lo.iter()) {
-                    *a += b;
+                let n = xq.n;
+                assert!(
+                    xs.len() == n * cols && ys.len() == n * rows,
+                    "Matrix::matvecs: {n} quantized rows, {} inputs, {} outputs",
+                    xs.len(),
+                    ys.len()
+                );
+                let Activations { hi, lo, yt, .. } = xq;
+                let acts: [&I8Vector; 2 * TOKENS_PER_PASS] =
+                    std::array::from_fn(|i| if i % 2 == 0 { &hi[i / 2] } else { &lo[i / 2] });
+                let k = 2 * n;
+                // (hi₀, lo₀, hi₁, lo₁, …) × rows
+                let yt = &mut yt[..k * rows];
+                int8::matvec_multi(pool, m, &acts[..k], yt);
+                for (y, pair) in ys.chunks_exact_mut(rows).zip(yt.chunks_exact(2 * rows)) {
+                    let (y_hi, y_lo) = pair.split_at(rows);
+                    for ((o, &a), &b) in y.iter_mut().zip(y_hi).zip(y_lo) {
+                        *o = a + b;
+                    }
                 }
             }
-            Matrix::Float(m) => matvec(pool, m, x, y, scratch),
+            Matrix::Float(m) => {
+                for (x, y) in xs.chunks_exact(cols).zip(ys.chunks_exact_mut(rows)) {
+                    matvec(pool, m, x, y, scratch);
+                }
+            }
         }
     }
 }

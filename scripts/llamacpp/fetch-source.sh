@@ -9,12 +9,20 @@ if [ ! -f "$src/vendor/llama.cpp/ggml/src/ggml-quants.c" ]; then
     tmp="$(mktemp -d)"
     trap 'rm -rf "$tmp"' EXIT
     echo "downloading the llama-cpp-python 0.3.36 sdist from PyPI ..." >&2
-    # --no-build-isolation --no-deps: fetch the archive without preparing a
-    # build environment for it (we build only ggml, with cmake).
-    # pip prepares metadata even for `download`; give it the build backend.
-    python3 -m pip install --quiet scikit-build-core >/dev/null 2>&1 || true
-    python3 -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation \
-        --dest "$tmp" "llama-cpp-python==0.3.36" >&2 || true
+    # Straight from PyPI's simple index, checked against its sha256: `pip
+    # download` of an sdist first prepares its metadata, which for this
+    # package needs cmake and a compiler toolchain set up.
+    python3 - "$tmp" <<'PY' >&2
+import hashlib, re, sys, urllib.request
+name = "llama_cpp_python-0.3.36.tar.gz"
+index = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/", timeout=60).read().decode()
+url, want = re.search(r'href="([^"#]*/' + re.escape(name) + r')#sha256=([0-9a-f]{64})"', index).groups()
+data = urllib.request.urlopen(url, timeout=600).read()
+got = hashlib.sha256(data).hexdigest()
+if got != want:
+    sys.exit(f"sha256 mismatch for {name}: {got}, index says {want}")
+open(f"{sys.argv[1]}/{name}", "wb").write(data)
+PY
     archive="$(ls "$tmp"/llama_cpp_python-0.3.36.tar.gz 2>/dev/null || true)"
     if [ -z "$archive" ]; then
         echo "error: could not download llama_cpp_python-0.3.36.tar.gz" >&2

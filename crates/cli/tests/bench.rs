@@ -316,6 +316,31 @@ fn csv_and_markdown() {
 }
 
 #[test]
+fn no_probe_measures_no_bandwidth() {
+    let (_dir, m) = tiny();
+    let mut all = vec![
+        "bench", "-m", &m, "-p", "8", "-n", "0", "-r", "1", "-t", "1",
+    ];
+    let (code, out, err) = cachefit(&all);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("read bandwidth ("), "{err}");
+    assert!(out.contains("level read bandwidth (best pass): "), "{out}");
+    all.push("--no-probe");
+    let (code, out, err) = cachefit(&all);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("read bandwidth ("), "{err}");
+    assert!(
+        out.contains("level read bandwidth: not measured (--no-probe)"),
+        "{out}"
+    );
+    let mut all = all.clone();
+    all.extend(["-o", "json"]);
+    let (_, out, _) = cachefit(&all);
+    let v: Json = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["level_bandwidth_gbps"], 0.0, "{out}");
+}
+
+#[test]
 fn evict_reports_clean_evicted_and_ratio() {
     let (_dir, m) = tiny();
     let recs = bench_json(&[

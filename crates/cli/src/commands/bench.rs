@@ -106,6 +106,11 @@ pub struct Args {
     /// Read the model into memory instead of memory-mapping it.
     #[arg(long)]
     pub no_mmap: bool,
+    /// Skip the bandwidth probe of the memory level the model lives in
+    /// (no "% of level"; the process's peak memory is then the
+    /// benchmark's own, e.g. to compare RSS with llama-bench).
+    #[arg(long)]
+    pub no_probe: bool,
 }
 
 fn parse_kv_type(s: &str) -> Result<KvType, String> {
@@ -238,7 +243,11 @@ pub fn run(args: Args) -> Result<()> {
         .evict
         .map(|mode| evict::Plan::new(mode, &machine, args.pin));
     let mut printer = Printer::new(args.output, evict.is_some());
-    let mut levels = levels::Probes::new(&machine);
+    let mut levels = if args.no_probe {
+        levels::Probes::skipped(&machine)
+    } else {
+        levels::Probes::new(&machine)
+    };
     for source in &models {
         bench_model(
             source,

@@ -81,6 +81,8 @@ pub struct Probes {
     done: HashMap<(&'static str, usize), Level>,
     /// In the order probed, for the report.
     order: Vec<(&'static str, usize)>,
+    /// Name the levels but measure nothing (bandwidth 0).
+    skip: bool,
 }
 
 impl Probes {
@@ -89,6 +91,17 @@ impl Probes {
             specs: specs(machine, model::mem_available()),
             done: HashMap::new(),
             order: Vec::new(),
+            skip: false,
+        }
+    }
+
+    /// Probes that name the level a working set fits but measure nothing
+    /// (bandwidth 0): no probe buffer, so the process's peak memory is the
+    /// benchmark's own.
+    pub fn skipped(machine: &Machine) -> Probes {
+        Probes {
+            skip: true,
+            ..Probes::new(machine)
         }
     }
 
@@ -99,6 +112,14 @@ impl Probes {
         let key = (spec.name, n_threads);
         if let Some(l) = self.done.get(&key) {
             return l.clone();
+        }
+        if self.skip {
+            return Level {
+                name: spec.name,
+                probe_bytes: 0,
+                n_threads,
+                gbps: 0.0,
+            };
         }
         eprintln!(
             "cachefit bench: measuring {} read bandwidth ({} buffer, {n_threads} thread{})",

@@ -411,7 +411,11 @@ impl Printer {
                 )
             })
             .collect();
-        println!("level read bandwidth (best pass): {}", probes.join("; "));
+        if probes.is_empty() {
+            println!("level read bandwidth: not measured (--no-probe)");
+        } else {
+            println!("level read bandwidth (best pass): {}", probes.join("; "));
+        }
         if let Some(plan) = evict {
             println!(
                 "evict: {}; evicted/clean = evicted t/s ÷ t/s",

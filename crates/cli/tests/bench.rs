@@ -167,6 +167,20 @@ const OUR_FIELDS: [&str; 10] = [
     "test",
 ];
 
+/// The commit a binary built from this checkout reports: git's short
+/// HEAD, or "unknown" outside a git checkout.
+fn head_commit() -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    Command::new("git")
+        .args(["rev-parse", "--short=7", "HEAD"])
+        .current_dir(&root)
+        .output()
+        .ok()
+        .filter(|o| o.status.success() && root.join(".git").exists())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
 fn check_record(r: &Json, reps: usize) {
     for f in LLAMA_BENCH_FIELDS.iter().chain(&OUR_FIELDS) {
         assert!(r.get(f).is_some(), "missing {f} in {r}");
@@ -180,6 +194,7 @@ fn check_record(r: &Json, reps: usize) {
     assert!(r["level_bandwidth_gbps"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["bandwidth_pct"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["bytes_per_token"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(r["build_commit"], head_commit().as_str(), "{r}");
     let (p, n) = (
         r["n_prompt"].as_u64().unwrap(),
         r["n_gen"].as_u64().unwrap(),

@@ -2,7 +2,8 @@
 # Side-by-side speed and memory of cachefit and llama.cpp's llama-bench on
 # this machine, in one run. Two llama.cpp builds (scripts/llamacpp/
 # build-llamacpp.sh): AMX (the fastest on CPUs that have it; with the GCC 12
-# fix) and plain (AMX off: what most users get). For each model and thread
+# fix; skipped on a CPU without AMX, where -march=native makes it the same
+# build as the plain one) and plain (AMX off: what most users get). For each model and thread
 # count the three alternate test by test (so drift in the machine's load
 # hits all of them), several repetitions each; the table reports each
 # tool's mean ± stdev and cachefit's ratio to each build. Peak RSS: one run
@@ -19,7 +20,12 @@ mkdir -p "$out"
 : > "$out/raw.jsonl"
 : > "$out/rss.tsv"
 models_dir="$(scripts/fetch-models.sh)"
-amx_build="$(AMX=1 scripts/llamacpp/build-llamacpp.sh)"
+if grep -qw amx_int8 /proc/cpuinfo; then
+    amx_build="$(AMX=1 scripts/llamacpp/build-llamacpp.sh)"
+else
+    echo "*** this CPU has no AMX: the AMX build would equal the plain one; comparing with the plain build only ***" >&2
+    amx_build=""
+fi
 plain_build="$(scripts/llamacpp/build-llamacpp.sh)"
 cargo build --release --quiet -p cachefit
 cf=target/release/cachefit
@@ -42,7 +48,9 @@ for l in sys.stdin:
 }
 run_all() { # model threads args...
     local m="$1" t="$2"; shift 2
-    "$amx_build/bin/llama-bench" -m "$m" -t "$t" -r "$reps" -o jsonl "$@" 2>/dev/null | tag "llama.cpp AMX" >> "$out/raw.jsonl"
+    if [ -n "$amx_build" ]; then
+        "$amx_build/bin/llama-bench" -m "$m" -t "$t" -r "$reps" -o jsonl "$@" 2>/dev/null | tag "llama.cpp AMX" >> "$out/raw.jsonl"
+    fi
     "$plain_build/bin/llama-bench" -m "$m" -t "$t" -r "$reps" -o jsonl "$@" 2>/dev/null | tag "llama.cpp plain" >> "$out/raw.jsonl"
     "$cf" bench -m "$m" -t "$t" -r "$reps" -o jsonl "$@" 2>/dev/null | tag cachefit >> "$out/raw.jsonl"
 }
@@ -57,8 +65,9 @@ for m in "${paths[@]}"; do
         run_all "$m" "$t" -p 0 -n 128 -d 1024
     done
     rss=(-p 0 -n 128 -d 1024 -r 1 -t 2)
-    printf '%s\t%s\t%s\t%s\n' "$(basename "$m")" \
-        "$(rss_kb "$amx_build/bin/llama-bench" -m "$m" "${rss[@]}")" \
+    amx_rss=0
+    [ -z "$amx_build" ] || amx_rss="$(rss_kb "$amx_build/bin/llama-bench" -m "$m" "${rss[@]}")"
+    printf '%s\t%s\t%s\t%s\n' "$(basename "$m")" "$amx_rss" \
         "$(rss_kb "$plain_build/bin/llama-bench" -m "$m" "${rss[@]}")" \
         "$(rss_kb "$cf" bench -m "$m" "${rss[@]}" --no-probe)" >> "$out/rss.tsv"
 done
@@ -76,7 +85,7 @@ for r in rows:
 tools = ["llama.cpp AMX", "llama.cpp plain", "cachefit"]
 print("| model | threads | test | llama.cpp AMX t/s | llama.cpp plain t/s | cachefit t/s | vs AMX | vs plain |")
 print("|---|---:|---|---:|---:|---:|---:|---:|")
-f = lambda r: f"{r['avg_ts']:.1f} ± {r['stddev_ts']:.1f}" if r else "-"
+f = lambda r: f"{r['avg_ts']:.1f} ± {r['stddev_ts']:.1f}" if r else "n/a"
 ratio = lambda a, b: f"{b['avg_ts'] / a['avg_ts']:.2f}×" if a and b else "-"
 for k in sorted(by):
     a, p, c = (by[k].get(t) for t in tools)
@@ -84,11 +93,11 @@ for k in sorted(by):
 print()
 print("Peak RSS, tg128 at depth 1024 (context 1152), -t 2, one repetition:")
 print()
-print("| model | llama.cpp AMX MiB | llama.cpp plain MiB | cachefit MiB | cachefit / AMX |")
+print("| model | llama.cpp AMX MiB | llama.cpp plain MiB | cachefit MiB | cachefit / plain |")
 print("|---|---:|---:|---:|---:|")
 for line in open(sys.argv[2]):
     name, a, p, c = line.split()
     a, p, c = (int(x) / 1024 for x in (a, p, c))
-    print(f"| {name} | {a:.0f} | {p:.0f} | {c:.0f} | {c / a:.2f} |")
+    print(f"| {name} | {f'{a:.0f}' if a else 'n/a'} | {p:.0f} | {c:.0f} | {c / p:.2f} |")
 PY
 cat "$out/table.md"

@@ -626,19 +626,14 @@ fn llama_forward<'s>(
                 let (scores, rest) = buf.split_at_mut(n_ctx);
                 let out = &mut rest[..hd]; // (head_dim,)
                 let att = &mut scores[..=tok.pos]; // (pos + 1,)
-                for (p, a) in att.iter_mut().enumerate() {
-                    let k = &kf[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd];
-                    *a = ops::dot(q_h, k) * scale;
+                                                   // Key/value row p of this kv head: kf[p·kv_dim + kvh·hd..][..hd].
+                ops::dot_rows(q_h, &kf[kvh * hd..], kv_dim, att);
+                for a in att.iter_mut() {
+                    *a *= scale;
                 }
                 ops::softmax(att);
                 out.fill(0.0);
-                for (p, &a) in att.iter().enumerate() {
-                    ops::axpy(
-                        out,
-                        a,
-                        &vf[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd],
-                    );
-                }
+                ops::axpy_rows(out, att, &vf[kvh * hd..], kv_dim);
             };
             // Spread (token, head) pairs over the pool once there is enough
             // work; each is computed the same way either way.

@@ -9,8 +9,12 @@
 //! hand-written SIMD yet.
 
 mod rope;
+mod rows;
 
 pub use rope::{rope, rope_freqs, RopeLayout, RopeParams};
+pub use rows::{
+    axpy_rows, axpy_rows_kernel, axpy_rows_ref, dot_rows, dot_rows_kernel, dot_rows_ref,
+};
 
 /// `out[i] = x[i] / sqrt(mean(x²) + eps) * weight[i]` (ggml `rms_norm`
 /// followed by `mul`).

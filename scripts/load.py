@@ -15,6 +15,11 @@ round (shared machines are noisy).
 starts target/release/cachefit serve on a free port (with --parallel at
 the highest level) and stops it afterwards; --url uses a running server.
 Only the Python standard library is needed.
+
+--client rust sends the same requests from a Rust client
+(crates/server/examples/load_client.rs, built by cargo on first use): at
+tens of thousands of tokens per second this Python client (one process,
+one GIL) takes the CPU the server needs on a small machine.
 """
 
 import argparse
@@ -146,6 +151,24 @@ def run_level(host, port, key, clients, total, max_tokens, time_limit):
     }
 
 
+def run_level_rust(client_bin, host, port, key, clients, total, max_tokens, time_limit):
+    """run_level, with the requests sent by the Rust client."""
+    cmd = [client_bin, f"{host}:{port}", str(clients), str(total), str(max_tokens), str(time_limit)]
+    if key:
+        cmd.append(key)
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def build_rust_client():
+    subprocess.run(
+        ["cargo", "build", "--release", "--quiet", "-p", "cachefit-server", "--example", "load_client"],
+        cwd=ROOT, check=True,
+    )
+    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    return str(target / "release" / "examples" / "load_client")
+
+
 def start_server(args, parallel):
     cmd = [
         args.bin, "serve", "-m", args.model, "--host", "127.0.0.1", "--port", "0",
@@ -184,6 +207,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the levels this many times, alternating; report each level's median-tok/s round")
     ap.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    ap.add_argument("--client", choices=["python", "rust"], default="python",
+                    help="who sends the requests: this script, or the Rust client (less CPU per token)")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     if min(levels) < 1 or max(levels) > 64 or args.requests > 100 or args.min_requests > 1000:
@@ -191,6 +216,7 @@ def main():
     if not 1 <= args.rounds <= 9:
         sys.exit("--rounds must be 1..9")
 
+    client_bin = build_rust_client() if args.client == "rust" else None
     proc = None
     if args.url:
         u = urllib.parse.urlparse(args.url)
@@ -211,10 +237,12 @@ def main():
         rounds = [[] for _ in levels]
         for _ in range(args.rounds):
             for i, c in enumerate(levels):
-                rounds[i].append(run_level(
-                    host, port, args.api_key, c, max(args.min_requests, args.requests * c),
-                    args.max_tokens, args.time_limit,
-                ))
+                level = (host, port, args.api_key, c, max(args.min_requests, args.requests * c),
+                         args.max_tokens, args.time_limit)
+                if client_bin:
+                    rounds[i].append(run_level_rust(client_bin, *level))
+                else:
+                    rounds[i].append(run_level(*level))
         rows = []
         for rs in rounds:
             rs = sorted(rs, key=lambda r: r["tok_s"])
@@ -229,7 +257,7 @@ def main():
         for r in rows:
             print(json.dumps(r))
         return
-    print(f"max_tokens {args.max_tokens}, temperature 0, streaming, {args.ctx} ctx per slot", end="")
+    print(f"max_tokens {args.max_tokens}, temperature 0, streaming, {args.ctx} ctx per slot, {args.client} client", end="")
     print(f", median of {args.rounds} alternating rounds\n" if args.rounds > 1 else "\n")
     print("| clients | requests | req/s | gen tok/s | TTFT p50 ms | TTFT p99 ms | latency p99 ms |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -5,8 +5,9 @@
 //! vectorize it (no early exits, independent lanes), following ggml's
 //! reference semantics: the reductions (sum of squares, softmax sum) run in
 //! `f64` as ggml's `ggml_float` does, so results track llama.cpp closely.
-//! They are a small share of decode time next to the matvecs, so there is no
-//! hand-written SIMD yet.
+//! They are a small share of decode time next to the matvecs, so they have
+//! no hand-written SIMD; the exception is attention's loops over cached
+//! positions ([`dot_rows`], [`axpy_rows`]), which dominate decode at depth.
 
 mod rope;
 mod rows;

@@ -591,6 +591,19 @@ mod tests {
             (6, 4, 33, 33),
             (18, 8, 1000, 1024),
             (1, 1, 5, 5),
+            // Every head-block size (8, 4, 3, 2, 1 for scores; 4, 3, 2, 1
+            // for values), chunk counts that leave single chunks after the
+            // blocks of 2, 4 or 8, and dimensions that end a value block
+            // early.
+            (64, 3, 1025, 1088),
+            (64, 9, 70, 80),
+            (7, 5, 49, 50),
+            (13, 7, 130, 131),
+            (5, 6, 65, 70),
+            (3, 12, 100, 100),
+            (20, 1, 129, 130),
+            (9, 2, 16, 16),
+            (11, 15, 200, 203),
         ] {
             let mut r = rng((hd * 1000 + n_pos) as u64);
             let q = weights(&mut r, nh * hd);

@@ -35,13 +35,14 @@
 
 use crate::cachefit::CachefitState;
 use crate::config::ModelConfig;
-use crate::kv_cache::{KvCache, KvType};
+use crate::kv_cache::{Columns, KvCache, KvType};
 use crate::weights::{LlamaWeights, Weights};
 use crate::Error;
 use kernels::matmul::{matmul, matmul_each, MatmulScratch};
 use kernels::matvec::QMatrix;
 use kernels::ops;
 use kernels::pool::ThreadPool;
+use kernels::vecops::{self, Attention};
 
 /// Attention work (token-heads × positions) from which it is split over the
 /// pool's threads; below it, a pool run per layer costs more than the work.
@@ -207,17 +208,17 @@ pub(crate) struct LlamaState {
     v: Vec<f32>,          // (n_batch, kv_dim)
     att_out: Vec<f32>,    // (n_batch, q_dim) heads' weighted values
     proj: Vec<f32>,       // (n_batch, dim) output of Wo / Wdown
-    heads: Vec<f32>, // (n_batch · n_heads, n_ctx + 2·head_dim) scores, output, a widened K/V row
-    hb: Vec<f32>,    // (n_batch, ffn_dim) gate, then silu(gate)·up
-    hb2: Vec<f32>,   // (n_batch, ffn_dim) up
-    cos: Vec<f32>,   // (n_batch, n_rot/2)
-    sin: Vec<f32>,   // (n_batch, n_rot/2)
-    logits: Vec<f32>, // (logit rows, vocab)
-    n_logits: usize, // floats of `logits` the last call filled
+    heads: Vec<f32>,      // (n_batch, attention_floats) per head: scores, output
+    hb: Vec<f32>,         // (n_batch, ffn_dim) gate, then silu(gate)·up
+    hb2: Vec<f32>,        // (n_batch, ffn_dim) up
+    cos: Vec<f32>,        // (n_batch, n_rot/2)
+    sin: Vec<f32>,        // (n_batch, n_rot/2)
+    logits: Vec<f32>,     // (logit rows, vocab)
+    n_logits: usize,      // floats of `logits` the last call filled
     caches: Vec<KvCache>, // one per sequence
-    rows: Vec<usize>, // tokens of the last call whose logits were asked for
-    kf: Vec<f32>,    // (n_ctx, kv_dim) one layer\'s cached keys, widened, for a group of sequences
-    vf: Vec<f32>,    // (n_ctx, kv_dim) ... and values
+    rows: Vec<usize>,     // tokens of the last call whose logits were asked for
+    kf: Vec<f32>, // (n_ctx, kv_dim) q8_0 only: one layer\'s keys widened, for a group of sequences
+    vf: Vec<f32>, // (n_ctx, kv_dim) ... and values
     seq_last: Vec<usize>, // (n_seq,) last position of each sequence in this call, or usize::MAX
     seq_base: Vec<usize>, // (n_seq,) first row of its widened K/V in kf/vf, or usize::MAX
     scratch: MatmulScratch,
@@ -244,7 +245,7 @@ impl LlamaState {
             v: vec![0.0; nb * cfg.kv_dim()],
             att_out: vec![0.0; nb * cfg.q_dim()],
             proj: vec![0.0; nb * cfg.dim],
-            heads: vec![0.0; nb * cfg.n_heads * head_stride(cfg, n_ctx)],
+            heads: vec![0.0; nb * attention_floats(cfg, n_ctx)],
             hb: vec![0.0; nb * cfg.ffn_dim],
             hb2: vec![0.0; nb * cfg.ffn_dim],
             cos: vec![0.0; nb * cfg.rope.n_rot / 2],
@@ -253,8 +254,8 @@ impl LlamaState {
             n_logits: 0,
             caches,
             rows: Vec::with_capacity(nb),
-            kf: vec![0.0; n_ctx * cfg.kv_dim()],
-            vf: vec![0.0; n_ctx * cfg.kv_dim()],
+            kf: vec![0.0; widened_kv(cfg, o)],
+            vf: vec![0.0; widened_kv(cfg, o)],
             seq_last: vec![usize::MAX; o.n_seq.max(1)],
             seq_base: vec![usize::MAX; o.n_seq.max(1)],
             scratch: MatmulScratch::new(),
@@ -303,10 +304,26 @@ impl LlamaState {
     }
 }
 
-/// Floats per (token, head) attention work area: scores over the context,
-/// the head's output, one widened K/V row.
+/// Floats of one layer's keys (or values) widened to f32, for a cache
+/// stored by rows (q8_0); other caches are read in place.
+pub(crate) fn widened_kv(cfg: &ModelConfig, o: &StateOptions) -> usize {
+    match o.kv_type {
+        KvType::Q8_0 => o.n_ctx * cfg.kv_dim(),
+        KvType::F16 | KvType::F32 => 0,
+    }
+}
+
+/// Floats per (token, head) work area of attention over a cache stored by
+/// rows: scores over the context, the head's output.
 fn head_stride(cfg: &ModelConfig, n_ctx: usize) -> usize {
-    n_ctx + 2 * cfg.head_dim
+    n_ctx + cfg.head_dim
+}
+
+/// Floats of attention work area per token, for either cache layout: per
+/// head, scores over the context (rounded up for the column kernel) and
+/// the head's output.
+pub(crate) fn attention_floats(cfg: &ModelConfig, n_ctx: usize) -> usize {
+    cfg.n_heads * (vecops::scores_len(n_ctx) + cfg.head_dim)
 }
 
 /// Run `token` at position `pos` (all earlier positions must already be in
@@ -498,8 +515,6 @@ fn llama_forward<'s>(
     }
     let (cos, sin) = (&s.cos[..n * half], &s.sin[..n * half]);
     let scale = 1.0 / (hd as f32).sqrt();
-    let stride = head_stride(cfg, s.n_ctx);
-    let heads = &mut s.heads[..n * cfg.n_heads * stride];
 
     // The last position of each sequence in this call: its attention span.
     s.seq_last.fill(usize::MAX);
@@ -559,99 +574,163 @@ fn llama_forward<'s>(
             s.caches[tok.seq].store(li, tok.pos, kt, vt);
         }
 
-        // Per sequence in the batch: widen its cached K and V of this layer
-        // to f32 once (one block conversion, split over the pool when long),
-        // then per (token t, query head h): scores over positions 0..=pos_t,
-        // softmax, weighted sum of values. Query head h reads kv head
-        // h / group (GQA). Queries stay f32 (rounding them to f16 too, as
-        // ggml's f16 path does, doubled the logit difference to llama.cpp's
-        // f32-cache reference). Sequences are taken in groups whose widened
-        // K/V fit the n_ctx rows of `kf`/`vf`, each group in one pass over
-        // the pool, so several short sequences share one dispatch.
+        // Per (token t, kv head g): the query heads g·group.. that share
+        // kv head g (GQA) attend over positions 0..=pos_t. Queries stay f32
+        // (rounding them to f16 too, as ggml's f16 path does, doubled the
+        // logit difference to llama.cpp's f32-cache reference).
         let q = &*q;
         let n_ctx = s.n_ctx;
-        let n_seq = s.caches.len();
-        let mut next = 0;
-        while next < n_seq {
-            s.seq_base.fill(usize::MAX);
-            let mut used = 0; // widened positions in this group
-            while next < n_seq {
-                let last = s.seq_last[next];
-                if last == usize::MAX {
-                    next += 1;
-                    continue;
+        if s.caches[0].layer(li).columns().is_some() {
+            // f16/f32 caches, stored by columns: the multi-head kernel reads
+            // them in place, one key load serving the whole group.
+            let caches = &*s.caches;
+            let sl = vecops::scores_len(n_ctx);
+            let item = group * (sl + hd); // the group's scores, then its output
+            let items = &mut s.heads[..n * cfg.n_kv_heads * item];
+            let attend = |start: usize, buf: &mut [f32], _thread: usize| {
+                let ti = start / item; // token · n_kv_heads + kv head
+                let (t, g) = (ti / cfg.n_kv_heads, ti % cfg.n_kv_heads);
+                let tok = token(t);
+                let (scores, out) = buf.split_at_mut(group * sl);
+                let qg = &q[t * q_dim + g * group * hd..][..group * hd]; // (group, head_dim)
+                let span = g * hd * n_ctx..(g + 1) * hd * n_ctx; // (head_dim, n_ctx)
+                let cols = caches[tok.seq].layer(li).columns();
+                match cols.expect("every cache of a state has the same type") {
+                    Columns::F16 { keys, values } => vecops::attend_f16(
+                        &Attention {
+                            q: qg,
+                            head_dim: hd,
+                            keys: &keys[span.clone()],
+                            values: &values[span],
+                            stride: n_ctx,
+                            n_pos: tok.pos + 1,
+                            scale,
+                        },
+                        scores,
+                        out,
+                    ),
+                    Columns::F32 { keys, values } => vecops::attend(
+                        &Attention {
+                            q: qg,
+                            head_dim: hd,
+                            keys: &keys[span.clone()],
+                            values: &values[span],
+                            stride: n_ctx,
+                            n_pos: tok.pos + 1,
+                            scale,
+                        },
+                        scores,
+                        out,
+                    ),
                 }
-                let n_pos = last + 1;
-                if used > 0 && used + n_pos > n_ctx {
+            };
+            let work: usize = (0..n).map(|t| cfg.n_heads * (token(t).pos + 1)).sum();
+            if pool.n_threads() > 1 && work >= PARALLEL_ATTENTION_FROM {
+                pool.for_each_chunk_mut(items, item, attend);
+            } else {
+                for (i, buf) in items.chunks_exact_mut(item).enumerate() {
+                    attend(i * item, buf, 0);
+                }
+            }
+            for (o, buf) in att_out
+                .chunks_exact_mut(group * hd)
+                .zip(items.chunks_exact(item))
+            {
+                o.copy_from_slice(&buf[group * sl..]);
+            }
+        } else {
+            // A q8_0 cache, stored by rows: per sequence, widen this layer's
+            // K and V to f32 once (one block conversion, split over the pool
+            // when long), then per (token, query head) scores, softmax and
+            // the weighted sum of values. Sequences are taken in groups
+            // whose widened K/V fit the n_ctx rows of `kf`/`vf`, each group
+            // in one pass over the pool, so several short sequences share
+            // one dispatch.
+            let stride = head_stride(cfg, n_ctx);
+            let heads = &mut s.heads[..n * cfg.n_heads * stride];
+            let n_seq = s.caches.len();
+            let mut next = 0;
+            while next < n_seq {
+                s.seq_base.fill(usize::MAX);
+                let mut used = 0; // widened positions in this group
+                while next < n_seq {
+                    let last = s.seq_last[next];
+                    if last == usize::MAX {
+                        next += 1;
+                        continue;
+                    }
+                    let n_pos = last + 1;
+                    if used > 0 && used + n_pos > n_ctx {
+                        break;
+                    }
+                    s.seq_base[next] = used;
+                    let kv = s.caches[next].layer(li);
+                    let span = used * kv_dim..(used + n_pos) * kv_dim;
+                    let (kf, vf) = (&mut s.kf[span.clone()], &mut s.vf[span]);
+                    if pool.n_threads() > 1 && n_pos >= PARALLEL_WIDEN_FROM {
+                        let rows = (n_pos / (4 * pool.n_threads())).max(64) * kv_dim;
+                        pool.for_each_chunk_mut(kf, rows, |start, out, _| {
+                            let p = start / kv_dim;
+                            kv.widen_keys(p..p + out.len() / kv_dim, out);
+                        });
+                        pool.for_each_chunk_mut(vf, rows, |start, out, _| {
+                            let p = start / kv_dim;
+                            kv.widen_values(p..p + out.len() / kv_dim, out);
+                        });
+                    } else {
+                        kv.widen_keys(0..n_pos, kf);
+                        kv.widen_values(0..n_pos, vf);
+                    }
+                    used += n_pos;
+                    next += 1;
+                }
+                if used == 0 {
                     break;
                 }
-                s.seq_base[next] = used;
-                let kv = s.caches[next].layer(li);
-                let span = used * kv_dim..(used + n_pos) * kv_dim;
-                let (kf, vf) = (&mut s.kf[span.clone()], &mut s.vf[span]);
-                if pool.n_threads() > 1 && n_pos >= PARALLEL_WIDEN_FROM {
-                    let rows = (n_pos / (4 * pool.n_threads())).max(64) * kv_dim;
-                    pool.for_each_chunk_mut(kf, rows, |start, out, _| {
-                        let p = start / kv_dim;
-                        kv.widen_keys(p..p + out.len() / kv_dim, out);
-                    });
-                    pool.for_each_chunk_mut(vf, rows, |start, out, _| {
-                        let p = start / kv_dim;
-                        kv.widen_values(p..p + out.len() / kv_dim, out);
-                    });
+                let (kf, vf) = (&*s.kf, &*s.vf); // (used, kv_dim) each
+                let base = &*s.seq_base;
+                // One (token, head) per chunk of `heads`: scores, then output.
+                let head = |start: usize, buf: &mut [f32], _thread: usize| {
+                    let th = start / stride; // token · n_heads + head
+                    let (t, h) = (th / cfg.n_heads, th % cfg.n_heads);
+                    let tok = token(t);
+                    let b = base[tok.seq];
+                    if b == usize::MAX {
+                        return; // not in this group
+                    }
+                    let (kf, vf) = (&kf[b * kv_dim..], &vf[b * kv_dim..]);
+                    let kvh = h / group;
+                    let q_h = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd]; // (head_dim,)
+                    let (scores, rest) = buf.split_at_mut(n_ctx);
+                    let out = &mut rest[..hd]; // (head_dim,)
+                    let att = &mut scores[..=tok.pos]; // (pos + 1,)
+                                                       // Key/value row p of this kv head: kf[p·kv_dim + kvh·hd..][..hd].
+                    ops::dot_rows(q_h, &kf[kvh * hd..], kv_dim, att);
+                    for a in att.iter_mut() {
+                        *a *= scale;
+                    }
+                    ops::softmax(att);
+                    out.fill(0.0);
+                    ops::axpy_rows(out, att, &vf[kvh * hd..], kv_dim);
+                };
+                // Spread (token, head) pairs over the pool once there is enough
+                // work; each is computed the same way either way.
+                let work: usize = (0..n)
+                    .map(token)
+                    .filter(|t| base[t.seq] != usize::MAX)
+                    .map(|t| cfg.n_heads * (t.pos + 1))
+                    .sum();
+                if pool.n_threads() > 1 && work >= PARALLEL_ATTENTION_FROM {
+                    pool.for_each_chunk_mut(heads, stride, head);
                 } else {
-                    kv.widen_keys(0..n_pos, kf);
-                    kv.widen_values(0..n_pos, vf);
-                }
-                used += n_pos;
-                next += 1;
-            }
-            if used == 0 {
-                break;
-            }
-            let (kf, vf) = (&*s.kf, &*s.vf); // (used, kv_dim) each
-            let base = &*s.seq_base;
-            // One (token, head) per chunk of `heads`: scores, then output.
-            let head = |start: usize, buf: &mut [f32], _thread: usize| {
-                let th = start / stride; // token · n_heads + head
-                let (t, h) = (th / cfg.n_heads, th % cfg.n_heads);
-                let tok = token(t);
-                let b = base[tok.seq];
-                if b == usize::MAX {
-                    return; // not in this group
-                }
-                let (kf, vf) = (&kf[b * kv_dim..], &vf[b * kv_dim..]);
-                let kvh = h / group;
-                let q_h = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd]; // (head_dim,)
-                let (scores, rest) = buf.split_at_mut(n_ctx);
-                let out = &mut rest[..hd]; // (head_dim,)
-                let att = &mut scores[..=tok.pos]; // (pos + 1,)
-                                                   // Key/value row p of this kv head: kf[p·kv_dim + kvh·hd..][..hd].
-                ops::dot_rows(q_h, &kf[kvh * hd..], kv_dim, att);
-                for a in att.iter_mut() {
-                    *a *= scale;
-                }
-                ops::softmax(att);
-                out.fill(0.0);
-                ops::axpy_rows(out, att, &vf[kvh * hd..], kv_dim);
-            };
-            // Spread (token, head) pairs over the pool once there is enough
-            // work; each is computed the same way either way.
-            let work: usize = (0..n)
-                .map(token)
-                .filter(|t| base[t.seq] != usize::MAX)
-                .map(|t| cfg.n_heads * (t.pos + 1))
-                .sum();
-            if pool.n_threads() > 1 && work >= PARALLEL_ATTENTION_FROM {
-                pool.for_each_chunk_mut(heads, stride, head);
-            } else {
-                for (i, buf) in heads.chunks_exact_mut(stride).enumerate() {
-                    head(i * stride, buf, 0);
+                    for (i, buf) in heads.chunks_exact_mut(stride).enumerate() {
+                        head(i * stride, buf, 0);
+                    }
                 }
             }
-        }
-        for (i, buf) in heads.chunks_exact(stride).enumerate() {
-            att_out[i * hd..(i + 1) * hd].copy_from_slice(&buf[n_ctx..n_ctx + hd]);
+            for (i, buf) in heads.chunks_exact(stride).enumerate() {
+                att_out[i * hd..(i + 1) * hd].copy_from_slice(&buf[n_ctx..n_ctx + hd]);
+            }
         }
         matmul(pool, &l.wo, att_out, proj, scratch); // (n, dim)
         ops::add_inplace(x, proj);

@@ -3,18 +3,21 @@
 //! about half the bytes, as llama.cpp's `-ctk/-ctv q8_0`) or f32 (twice the
 //! bytes; what llama.cpp's reference logits were made with).
 //!
-//! Layout: `(n_layers, n_ctx, n_kv_heads, head_bytes)` for keys and the same
-//! for values, so one position's heads are adjacent and one head's
-//! positions are a fixed stride apart. A head is stored as whole blocks of
-//! the cache type, which is why Q8_0 needs `head_dim` to be a multiple of 32.
-//! Rows are written once from f32 and read back widened to f32 one head at
-//! a time; attention computes in f32.
+//! Layout. f16 and f32 caches are stored by columns, `(n_layers,
+//! n_kv_heads, head_dim, n_ctx)` for keys and the same for values: one
+//! dimension of a head's positions is contiguous, which is what
+//! [`kernels::vecops::attend`] reads (16 positions per vector, several
+//! query heads per key load, f16 widened as it is loaded). A Q8_0 block runs
+//! along a head, so a Q8_0 cache is stored by rows, `(n_layers, n_ctx,
+//! n_kv_heads, head_bytes)`, a head as whole blocks (which is why Q8_0
+//! needs `head_dim` to be a multiple of 32), and attention widens a layer's
+//! rows to f32 before reading them.
 
 use crate::Error;
 use bytemuck::{Pod, Zeroable};
 use gguf::GgmlType;
 use half::f16;
-use kernels::quant::f16::{f16_to_f32_row, f32_to_f16_row};
+use kernels::quant::f16::f32_to_f16_row;
 use kernels::traits::traits;
 use std::fmt;
 use std::str::FromStr;
@@ -83,37 +86,20 @@ impl FromStr for KvType {
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Word([u8; 8]);
 
-/// Conversions between a stored head and f32: the traits table's, except
-/// for f16, whose row converters use F16C/NEON where the CPU has them (the
-/// table holds the scalar reference).
+/// Conversions between a head stored by rows (q8_0) and f32: the traits
+/// table's.
 #[derive(Clone, Copy)]
 struct Codec {
     to_f32: fn(&[u8], &mut [f32]),
     from_f32: fn(&[f32], &mut [u8]),
 }
 
-fn f16_widen(src: &[u8], dst: &mut [f32]) {
-    f16_to_f32_row(bytemuck::cast_slice::<u8, f16>(src), dst)
-}
-
-fn f16_narrow(src: &[f32], dst: &mut [u8]) {
-    f32_to_f16_row(src, bytemuck::cast_slice_mut::<u8, f16>(dst))
-}
-
 impl Codec {
     fn for_type(ty: KvType) -> Codec {
-        match ty {
-            KvType::F16 => Codec {
-                to_f32: f16_widen,
-                from_f32: f16_narrow,
-            },
-            _ => {
-                let tr = traits(ty.ggml_type()).expect("the kernels support q8_0 and f32");
-                Codec {
-                    to_f32: tr.to_float,
-                    from_f32: tr.from_float,
-                }
-            }
+        let tr = traits(ty.ggml_type()).expect("the kernels support f16, q8_0 and f32");
+        Codec {
+            to_f32: tr.to_float,
+            from_f32: tr.from_float,
         }
     }
 }
@@ -180,85 +166,196 @@ impl KvCache {
         (self.keys.len() + self.values.len()) * 8
     }
 
-    fn row_bytes(&self) -> usize {
-        self.n_kv_heads * self.head_bytes
+    /// Stored by columns (f16, f32) rather than by rows (q8_0).
+    fn by_columns(&self) -> bool {
+        self.ty != KvType::Q8_0
     }
 
-    fn row_range(&self, layer: usize, pos: usize) -> std::ops::Range<usize> {
+    /// Bytes of one layer of keys (or values).
+    fn layer_bytes(&self) -> usize {
+        self.n_ctx * self.n_kv_heads * self.head_bytes
+    }
+
+    /// Store one position's keys and values, `(n_kv_heads · head_dim,)` each.
+    pub fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         assert!(
             pos < self.n_ctx,
             "KV cache: position {pos} ≥ n_ctx {}",
             self.n_ctx
         );
-        let start = (layer * self.n_ctx + pos) * self.row_bytes();
-        start..start + self.row_bytes()
-    }
-
-    /// Store one position's keys and values, `(n_kv_heads · head_dim,)` each.
-    pub fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let r = self.row_range(layer, pos);
-        let (hd, hb) = (self.head_dim, self.head_bytes);
-        let from_float = self.codec.from_f32;
+        let kv_dim = self.n_kv_heads * self.head_dim;
+        assert!(
+            k.len() == kv_dim && v.len() == kv_dim,
+            "KV cache: store takes {kv_dim} keys and values"
+        );
+        let (hd, hb, n_ctx) = (self.head_dim, self.head_bytes, self.n_ctx);
+        let layer_bytes = self.layer_bytes();
+        let span = layer * layer_bytes..(layer + 1) * layer_bytes;
+        let (ty, from_float) = (self.ty, self.codec.from_f32);
         for (buf, x) in [(&mut self.keys, k), (&mut self.values, v)] {
-            let row = &mut bytemuck::cast_slice_mut::<Word, u8>(buf)[r.clone()];
-            for (dst, src) in row.chunks_exact_mut(hb).zip(x.chunks_exact(hd)) {
-                from_float(src, dst);
+            let bytes = &mut bytemuck::cast_slice_mut::<Word, u8>(buf)[span.clone()];
+            match ty {
+                // Element i of the row goes to column i (head i / hd,
+                // dimension i % hd): (n_kv_heads · head_dim, n_ctx).
+                KvType::F16 => {
+                    let cols = bytemuck::cast_slice_mut::<u8, f16>(bytes);
+                    // Narrowed a chunk at a time by the row converter
+                    // (F16C where the CPU has it), then scattered.
+                    let mut h = [f16::ZERO; 64];
+                    for (c, xc) in x.chunks(h.len()).enumerate() {
+                        f32_to_f16_row(xc, &mut h[..xc.len()]);
+                        for (j, &hj) in h[..xc.len()].iter().enumerate() {
+                            cols[(c * 64 + j) * n_ctx + pos] = hj;
+                        }
+                    }
+                }
+                KvType::F32 => {
+                    let cols = bytemuck::cast_slice_mut::<u8, f32>(bytes);
+                    for (i, &xi) in x.iter().enumerate() {
+                        cols[i * n_ctx + pos] = xi;
+                    }
+                }
+                KvType::Q8_0 => {
+                    let row_bytes = kv_dim / hd * hb;
+                    let row = &mut bytes[pos * row_bytes..][..row_bytes];
+                    for (dst, src) in row.chunks_exact_mut(hb).zip(x.chunks_exact(hd)) {
+                        from_float(src, dst);
+                    }
+                }
             }
         }
     }
 
     /// A reader for one layer's cached heads.
     pub fn layer(&self, layer: usize) -> LayerKv<'_> {
-        let len = self.n_ctx * self.row_bytes();
-        let start = layer * len;
+        let len = self.layer_bytes();
+        let span = layer * len..(layer + 1) * len;
+        let keys = &bytemuck::cast_slice::<Word, u8>(&self.keys)[span.clone()];
+        let values = &bytemuck::cast_slice::<Word, u8>(&self.values)[span];
+        let stored = match self.ty {
+            KvType::F16 => Stored::Columns(Columns::F16 {
+                keys: bytemuck::cast_slice(keys),
+                values: bytemuck::cast_slice(values),
+            }),
+            KvType::F32 => Stored::Columns(Columns::F32 {
+                keys: bytemuck::cast_slice(keys),
+                values: bytemuck::cast_slice(values),
+            }),
+            KvType::Q8_0 => Stored::Rows { keys, values },
+        };
+        debug_assert_eq!(self.by_columns(), matches!(stored, Stored::Columns(_)));
         LayerKv {
-            keys: &bytemuck::cast_slice::<Word, u8>(&self.keys)[start..start + len],
-            values: &bytemuck::cast_slice::<Word, u8>(&self.values)[start..start + len],
-            row_bytes: self.row_bytes(),
+            stored,
+            n_ctx: self.n_ctx,
+            n_kv_heads: self.n_kv_heads,
+            head_dim: self.head_dim,
             head_bytes: self.head_bytes,
             to_f32: self.codec.to_f32,
         }
     }
 }
 
+/// A layer of an f16 or f32 cache: keys and values `(n_kv_heads, head_dim,
+/// n_ctx)`, kv head `h`'s block starting at `h · head_dim · n_ctx`.
+#[derive(Clone, Copy)]
+pub enum Columns<'a> {
+    F16 { keys: &'a [f16], values: &'a [f16] },
+    F32 { keys: &'a [f32], values: &'a [f32] },
+}
+
+#[derive(Clone, Copy)]
+enum Stored<'a> {
+    Columns(Columns<'a>),
+    /// `(n_ctx, n_kv_heads, head_bytes)` bytes.
+    Rows {
+        keys: &'a [u8],
+        values: &'a [u8],
+    },
+}
+
 /// One layer of the cache, shareable across the attention threads.
 #[derive(Clone, Copy)]
 pub struct LayerKv<'a> {
-    keys: &'a [u8],
-    values: &'a [u8],
-    row_bytes: usize,
+    stored: Stored<'a>,
+    n_ctx: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
     head_bytes: usize,
     to_f32: fn(&[u8], &mut [f32]),
 }
 
-impl LayerKv<'_> {
-    fn head<'b>(&self, buf: &'b [u8], pos: usize, kv_head: usize) -> &'b [u8] {
-        let start = pos * self.row_bytes + kv_head * self.head_bytes;
-        &buf[start..start + self.head_bytes]
+impl<'a> LayerKv<'a> {
+    /// The layer as columns, if the cache stores it so (f16, f32).
+    pub fn columns(&self) -> Option<Columns<'a>> {
+        match self.stored {
+            Stored::Columns(c) => Some(c),
+            Stored::Rows { .. } => None,
+        }
+    }
+
+    fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    /// Rows `positions` of keys (`values == false`) or values, widened into
+    /// `out` `(positions.len(), n_kv_heads · head_dim)`.
+    fn widen(&self, values: bool, positions: std::ops::Range<usize>, out: &mut [f32]) {
+        let kv_dim = self.kv_dim();
+        assert!(
+            positions.end <= self.n_ctx && out.len() == positions.len() * kv_dim,
+            "KV cache: widen {positions:?} into {} floats",
+            out.len()
+        );
+        let n_ctx = self.n_ctx;
+        match self.stored {
+            Stored::Rows { keys, values: vals } => {
+                let buf = if values { vals } else { keys };
+                let row = self.n_kv_heads * self.head_bytes;
+                (self.to_f32)(&buf[positions.start * row..positions.end * row], out);
+            }
+            Stored::Columns(c) => {
+                for (p, o) in positions.zip(out.chunks_exact_mut(kv_dim)) {
+                    for (i, oi) in o.iter_mut().enumerate() {
+                        *oi = match c {
+                            Columns::F16 { keys, values: v } => {
+                                (if values { v } else { keys })[i * n_ctx + p].to_f32()
+                            }
+                            Columns::F32 { keys, values: v } => {
+                                (if values { v } else { keys })[i * n_ctx + p]
+                            }
+                        };
+                    }
+                }
+            }
+        }
     }
 
     /// Keys of every kv head at `positions`, widened into `out`
-    /// `(positions.len(), n_kv_heads · head_dim)`: one conversion call for
-    /// the whole block, since a layer's positions are contiguous.
+    /// `(positions.len(), n_kv_heads · head_dim)` (for a cache stored by
+    /// rows, one conversion call: a layer's positions are contiguous).
     pub fn widen_keys(&self, positions: std::ops::Range<usize>, out: &mut [f32]) {
-        let r = positions.start * self.row_bytes..positions.end * self.row_bytes;
-        (self.to_f32)(&self.keys[r], out);
+        self.widen(false, positions, out)
     }
 
     /// Values, as [`LayerKv::widen_keys`].
     pub fn widen_values(&self, positions: std::ops::Range<usize>, out: &mut [f32]) {
-        let r = positions.start * self.row_bytes..positions.end * self.row_bytes;
-        (self.to_f32)(&self.values[r], out);
+        self.widen(true, positions, out)
     }
 
     /// Key of `kv_head` at `pos`, widened into `out` `(head_dim,)`.
     pub fn key(&self, pos: usize, kv_head: usize, out: &mut [f32]) {
-        (self.to_f32)(self.head(self.keys, pos, kv_head), out);
+        self.head(false, pos, kv_head, out)
     }
 
     /// Value of `kv_head` at `pos`, widened into `out` `(head_dim,)`.
     pub fn value(&self, pos: usize, kv_head: usize, out: &mut [f32]) {
-        (self.to_f32)(self.head(self.values, pos, kv_head), out);
+        self.head(true, pos, kv_head, out)
+    }
+
+    fn head(&self, values: bool, pos: usize, kv_head: usize, out: &mut [f32]) {
+        let mut row = vec![0.0; self.kv_dim()];
+        self.widen(values, pos..pos + 1, &mut row);
+        out.copy_from_slice(&row[kv_head * self.head_dim..][..self.head_dim]);
     }
 }
 

@@ -39,15 +39,16 @@ impl MemoryEstimate {
             + 2 * cfg.q_dim()
             + 2 * cfg.kv_dim()
             + 2 * cfg.ffn_dim
-            + cfg.n_heads * (n_ctx + 2 * cfg.head_dim)
+            + crate::forward::attention_floats(cfg, n_ctx)
             + cfg.rope.n_rot;
         let logit_rows = if o.all_logits {
             nb
         } else {
             o.n_seq.clamp(1, nb)
         };
-        // Plus one layer's K and V widened to f32 for attention.
-        let floats = nb * per_token + logit_rows * cfg.vocab_size + 2 * n_ctx * cfg.kv_dim();
+        // Plus, for a q8_0 cache, one layer's K and V widened to f32.
+        let floats =
+            nb * per_token + logit_rows * cfg.vocab_size + 2 * crate::forward::widened_kv(cfg, o);
         // Plus the quantized activations (at most ~1.1 bytes per input
         // float, rows rounded up to cache lines) and the transposed output.
         let widest = cfg.dim.max(cfg.ffn_dim).max(cfg.q_dim());

@@ -74,22 +74,142 @@ unsafe fn load_kv<T: KvElement>(p: *const T, idx: usize, m: __mmask16) -> __m512
     }
 }
 
-/// `N` indices from `start`, the last real one (below `end`) repeated to
-/// fill the block, and how many are real.
+/// Scores of query heads `h0..h0 + H` (rows of `qs`, already scaled) over
+/// every chunk of 16 positions, `C` chunks at a time: one key load feeds
+/// the H heads, and the H·C accumulators are independent chains (a row's
+/// keys are strided `stride` apart, so each load waits on L1/L2; more
+/// chains keep more loads in flight).
+///
+/// # Safety
+/// As in [`attend_avx512`]: `check` passed, `qs` holds `(h0 + H)·hd`
+/// floats, row `h0 + j` of `sc` holds `chunks·16` floats.
 #[inline]
-fn block<const N: usize>(start: usize, end: usize) -> ([usize; N], usize) {
-    let take = (end - start).min(N);
-    (std::array::from_fn(|j| start + j.min(take - 1)), take)
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn score_block<T: KvElement, const H: usize, const C: usize>(
+    kp: *const T,
+    qs: &[f32],
+    sc: *mut f32,
+    h0: usize,
+    (hd, stride, sp, chunks, last): (usize, usize, usize, usize, __mmask16),
+) {
+    let qrows: [*const f32; H] = std::array::from_fn(|j| qs[(h0 + j) * hd..][..hd].as_ptr());
+    let mut c0 = 0;
+    while c0 < chunks {
+        // C chunks from c0, or the single chunks left at the end.
+        if c0 + C <= chunks {
+            let masks: [__mmask16; C] =
+                std::array::from_fn(|k| if c0 + k + 1 == chunks { last } else { !0 });
+            let mut acc = [[_mm512_setzero_ps(); C]; H];
+            for i in 0..hd {
+                // SAFETY: the caller's contract; masked-off lanes are not
+                // read.
+                let k: [__m512; C] = std::array::from_fn(|k| unsafe {
+                    load_kv(kp, i * stride + (c0 + k) * 16, masks[k])
+                });
+                for (accj, &qrow) in acc.iter_mut().zip(&qrows) {
+                    // SAFETY: `qrow` is a row of `hd` floats, i < hd.
+                    let q = _mm512_set1_ps(unsafe { *qrow.add(i) });
+                    for (a, kk) in accj.iter_mut().zip(&k) {
+                        *a = _mm512_add_ps(*a, _mm512_mul_ps(q, *kk));
+                    }
+                }
+            }
+            for (j, accj) in acc.iter().enumerate() {
+                for (k, a) in accj.iter().enumerate() {
+                    // SAFETY: row h0 + j of scores holds sp ≥ (c0+k+1)·16
+                    // floats.
+                    unsafe { _mm512_storeu_ps(sc.add((h0 + j) * sp + (c0 + k) * 16), *a) };
+                }
+            }
+            c0 += C;
+        } else {
+            // SAFETY: as above, with one chunk.
+            unsafe {
+                score_block_tail::<T, H>(kp, &qrows, sc, h0, c0, (hd, stride, sp, chunks, last))
+            };
+            c0 += 1;
+        }
+    }
 }
 
-/// Query heads per block of the score pass.
-const SCORE_HEADS: usize = 8;
-/// Query heads × dimensions per block of the value pass: 24 accumulators.
-const VALUE_HEADS: usize = 4;
-const VALUE_DIMS: usize = 6;
+/// [`score_block`] for the single chunk `c`.
+///
+/// # Safety
+/// As [`score_block`]; `qrows` are its rows of queries.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn score_block_tail<T: KvElement, const H: usize>(
+    kp: *const T,
+    qrows: &[*const f32; H],
+    sc: *mut f32,
+    h0: usize,
+    c: usize,
+    (hd, stride, sp, chunks, last): (usize, usize, usize, usize, __mmask16),
+) {
+    let m = if c + 1 == chunks { last } else { !0 };
+    let mut acc = [_mm512_setzero_ps(); H];
+    for i in 0..hd {
+        // SAFETY: the caller's contract; masked-off lanes are not read.
+        let k = unsafe { load_kv(kp, i * stride + c * 16, m) };
+        for (accj, &qrow) in acc.iter_mut().zip(qrows) {
+            // SAFETY: `qrow` is a row of `hd` floats, i < hd.
+            let q = _mm512_set1_ps(unsafe { *qrow.add(i) });
+            *accj = _mm512_add_ps(*accj, _mm512_mul_ps(q, k));
+        }
+    }
+    for (j, accj) in acc.iter().enumerate() {
+        // SAFETY: row h0 + j of scores holds sp ≥ (c+1)·16 floats.
+        unsafe { _mm512_storeu_ps(sc.add((h0 + j) * sp + c * 16), *accj) };
+    }
+}
+
+/// Outputs of query heads `h0..h0 + H`, dimensions `d0..d0 + D` (the last
+/// block of dimensions may repeat dimension `hd - 1`, recomputing it): H·D
+/// accumulators in registers across every chunk of positions.
+///
+/// # Safety
+/// As in [`attend_avx512`]: `check` passed, rows `h0..h0 + H` of `sc` hold
+/// the softmaxed scores (exact zeros past `n`), `out` is `(n_heads, hd)`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn value_block<T: KvElement, const H: usize, const D: usize>(
+    vp: *const T,
+    sc: *const f32,
+    out: &mut [f32],
+    h0: usize,
+    (hd, stride, sp, chunks, last): (usize, usize, usize, usize, __mmask16),
+) {
+    let mut d0 = 0;
+    while d0 < hd {
+        let dims: [usize; D] = std::array::from_fn(|k| (d0 + k).min(hd - 1));
+        let mut acc = [[_mm512_setzero_ps(); D]; H];
+        for c in 0..chunks {
+            let m = if c + 1 == chunks { last } else { !0 };
+            // SAFETY: rows of scores are sp floats; value loads are masked
+            // to positions below n.
+            let w: [__m512; H] =
+                std::array::from_fn(|j| unsafe { _mm512_loadu_ps(sc.add((h0 + j) * sp + c * 16)) });
+            for (k, &d) in dims.iter().enumerate() {
+                // SAFETY: as above.
+                let v = unsafe { load_kv(vp, d * stride + c * 16, m) };
+                for (accj, wj) in acc.iter_mut().zip(&w) {
+                    accj[k] = _mm512_add_ps(accj[k], _mm512_mul_ps(*wj, v));
+                }
+            }
+        }
+        for (j, accj) in acc.iter().enumerate() {
+            for (acck, &d) in accj.iter().zip(&dims) {
+                out[(h0 + j) * hd + d] = tree_sum(*acck);
+            }
+        }
+        d0 += D;
+    }
+}
 
 /// [`super::attend`] for AVX-512 (callable only where the features are
-/// enabled).
+/// enabled). Heads are taken in blocks of 8, 4, 3, 2 or 1 for the scores
+/// (one key load per block) and 4, 3, 2 or 1 for the values, so a group of
+/// any size computes only its own heads.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
 pub(super) fn attend_avx512<T: KvElement>(
     a: &Attention<'_, T>,
@@ -105,6 +225,7 @@ pub(super) fn attend_avx512<T: KvElement>(
         (1u16 << (n % 16)) - 1
     };
     let mask = |c: usize| if c + 1 == chunks { last } else { !0 };
+    let shape = (hd, stride, sp, chunks, last);
     // `check` gave: q, out (nh·hd); keys, values ((hd-1)·stride + n);
     // scores (nh·sp). Every access below stays inside those: key/value
     // loads of chunk c read positions c·16.. masked to below n, score rows
@@ -117,25 +238,21 @@ pub(super) fn attend_avx512<T: KvElement>(
     }
     let mut h = 0;
     while h < nh {
-        let (heads, take) = block::<SCORE_HEADS>(h, nh);
-        let qrows = heads.map(|hj| out[hj * hd..(hj + 1) * hd].as_ptr());
-        for c in 0..chunks {
-            let mut acc = [_mm512_setzero_ps(); SCORE_HEADS];
-            for i in 0..hd {
-                // SAFETY: see above; masked-off lanes are not read.
-                let k = unsafe { load_kv(kp, i * stride + c * 16, mask(c)) };
-                for (accj, &qrow) in acc.iter_mut().zip(&qrows) {
-                    // SAFETY: `qrow` is a row of `hd` floats of `out`, i < hd.
-                    let qs = _mm512_set1_ps(unsafe { *qrow.add(i) });
-                    *accj = _mm512_add_ps(*accj, _mm512_mul_ps(qs, k));
-                }
+        // SAFETY: (all blocks) `check` passed; heads h..h + H < nh.
+        h += unsafe {
+            match nh - h {
+                8.. => score_block::<T, 8, 2>(kp, out, sc, h, shape),
+                4..=7 => score_block::<T, 4, 4>(kp, out, sc, h, shape),
+                3 => score_block::<T, 3, 4>(kp, out, sc, h, shape),
+                2 => score_block::<T, 2, 4>(kp, out, sc, h, shape),
+                _ => score_block::<T, 1, 8>(kp, out, sc, h, shape),
             }
-            for (accj, &hj) in acc.iter().zip(&heads).take(take) {
-                // SAFETY: row hj of scores holds sp ≥ (c+1)·16 floats.
-                unsafe { _mm512_storeu_ps(sc.add(hj * sp + c * 16), *accj) };
+            match nh - h {
+                8.. => 8,
+                4..=7 => 4,
+                k => k,
             }
-        }
-        h += SCORE_HEADS;
+        };
     }
 
     // Softmax per row; lanes past n count as −∞, end as exact zeros.
@@ -169,29 +286,16 @@ pub(super) fn attend_avx512<T: KvElement>(
 
     let mut h = 0;
     while h < nh {
-        let (heads, _) = block::<VALUE_HEADS>(h, nh);
-        let mut i = 0;
-        while i < hd {
-            let (dims, _) = block::<VALUE_DIMS>(i, hd);
-            let mut acc = [[_mm512_setzero_ps(); VALUE_DIMS]; VALUE_HEADS];
-            for c in 0..chunks {
-                // SAFETY: rows of scores are sp floats; value loads are
-                // masked to positions below n.
-                let w = heads.map(|hj| unsafe { _mm512_loadu_ps(sc.add(hj * sp + c * 16)) });
-                let v = dims.map(|d| unsafe { load_kv(vp, d * stride + c * 16, mask(c)) });
-                for (accj, wj) in acc.iter_mut().zip(&w) {
-                    for (acck, vk) in accj.iter_mut().zip(&v) {
-                        *acck = _mm512_add_ps(*acck, _mm512_mul_ps(*wj, *vk));
-                    }
-                }
+        // SAFETY: (all blocks) `check` passed; heads h..h + H < nh, and
+        // their rows of scores are softmaxed above.
+        h += unsafe {
+            match nh - h {
+                4.. => value_block::<T, 4, 6>(vp, sc, out, h, shape),
+                3 => value_block::<T, 3, 8>(vp, sc, out, h, shape),
+                2 => value_block::<T, 2, 8>(vp, sc, out, h, shape),
+                _ => value_block::<T, 1, 16>(vp, sc, out, h, shape),
             }
-            for (accj, &hj) in acc.iter().zip(&heads) {
-                for (acck, &d) in accj.iter().zip(&dims) {
-                    out[hj * hd + d] = tree_sum(*acck);
-                }
-            }
-            i += VALUE_DIMS;
-        }
-        h += VALUE_HEADS;
+            (nh - h).min(4)
+        };
     }
 }

@@ -352,7 +352,14 @@ fn no_probe_measures_no_bandwidth() {
     all.extend(["-o", "json"]);
     let (_, out, _) = cachefit(&all);
     let v: Json = serde_json::from_str(&out).unwrap();
-    assert_eq!(v[0]["level_bandwidth_gbps"], 0.0, "{out}");
+    // Not measured: null, not a made-up zero (and no percentage of it).
+    assert!(v[0]["level_bandwidth_gbps"].is_null(), "{out}");
+    assert!(v[0]["bandwidth_pct"].is_null(), "{out}");
+    let mut md = all[..all.len() - 2].to_vec();
+    md.extend(["-o", "md"]);
+    let (_, out, _) = cachefit(&md);
+    let row = out.lines().find(|l| l.contains("pp8")).expect("a pp8 row");
+    assert!(!row.contains('%'), "{row}");
 }
 
 #[test]

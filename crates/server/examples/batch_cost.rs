@@ -1,6 +1,7 @@
 //! Time of one decode pass over `n` slots, each at position `pos`: how
 //! much batching saves per token. `cargo run --release -p cachefit-server
-//! --example batch_cost -- MODEL.gguf [THREADS [SLOTS,...]]`
+//! --example batch_cost -- MODEL.gguf [THREADS [SLOTS,...
+//! [no-mmap]]]`
 use kernels::pool::ThreadPool;
 use model::{forward_tokens, ModelConfig, State, StateOptions, Token, Weights};
 use std::time::Instant;
@@ -12,7 +13,13 @@ fn main() {
     let slots: Vec<usize> = args.next().map_or(vec![1, 2, 4, 8, 16], |s| {
         s.split(',').map(|n| n.parse().expect("slots")).collect()
     });
-    let file = gguf::GgufFile::open(&path).expect("open");
+    // A fourth argument `no-mmap` reads the file into (huge-page) memory.
+    let mmap = args.next().as_deref() != Some("no-mmap");
+    let opts = gguf::OpenOptions {
+        mmap,
+        ..Default::default()
+    };
+    let file = gguf::GgufFile::open_with(&path, opts).expect("open");
     let cfg = ModelConfig::from_gguf(file.metadata()).expect("config");
     let w = Weights::from_gguf(&file, &cfg).expect("weights");
     let pool = ThreadPool::new(threads);

@@ -84,12 +84,9 @@ impl Row<'_> {
         self.model.bytes_per_token as f64 * self.avg_ts(&self.clean) / 1e9
     }
 
-    fn bandwidth_pct(&self) -> f64 {
-        if self.level.gbps > 0.0 {
-            100.0 * self.eff_gbps() / self.level.gbps
-        } else {
-            0.0
-        }
+    /// None when the level's bandwidth was not measured (`--no-probe`).
+    fn bandwidth_pct(&self) -> Option<f64> {
+        (self.level.gbps > 0.0).then(|| 100.0 * self.eff_gbps() / self.level.gbps)
     }
 
     /// Every field, in output order.
@@ -154,7 +151,10 @@ impl Row<'_> {
             ("bytes_per_token", json!(m.bytes_per_token)),
             ("eff_bandwidth_gbps", json!(self.eff_gbps())),
             ("mem_level", json!(self.level.name)),
-            ("level_bandwidth_gbps", json!(self.level.gbps)),
+            (
+                "level_bandwidth_gbps",
+                json!((self.level.gbps > 0.0).then_some(self.level.gbps)),
+            ),
             ("bandwidth_pct", json!(self.bandwidth_pct())),
         ];
         if let Some((plan, (runs, passes))) = &self.evicted {
@@ -276,7 +276,10 @@ impl Row<'_> {
             pair_ms(percentile(&c.ttft_ns, 50.0), percentile(&c.ttft_ns, 99.0)),
             pair_ms(percentile(&c.tpot_ns, 50.0), percentile(&c.tpot_ns, 99.0)),
             format!("{:.2}", self.eff_gbps()),
-            format!("{:.1}% {}", self.bandwidth_pct(), self.level.name),
+            match self.bandwidth_pct() {
+                Some(p) => format!("{p:.1}% {}", self.level.name),
+                None => format!("- {}", self.level.name),
+            },
         ];
         if let Some((_, (runs, _))) = &self.evicted {
             let ets = samples_ts(runs, n);

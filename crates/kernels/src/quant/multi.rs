@@ -3,16 +3,19 @@
 //! weight block is loaded and unpacked once for all of them, four blocks at
 //! a time.
 //!
-//! Every type here is `d·(q − c) + m` per element with integer quants `q`,
-//! a zero point `c` (Q4_0: 8; Q8_0 on AVX-512, whose quants are offset by
-//! 128 to be unsigned: 128) and a stored minimum `m` (Q4_1 only). A block
-//! then contributes `(d·dy)·(Σq·y − c·Σy) + m·(dy·Σy)`: the zero point is
+//! Every type here is `d·(q − c) + m` per element with integer quants `q`
+//! (Q5_0/Q5_1: four bits plus a fifth from `qh`), a zero point `c` (Q4_0:
+//! 8; Q5_0: 16; Q8_0 on AVX-512, whose quants are offset by 128 to be
+//! unsigned: 128) and a stored minimum `m` (Q4_1, Q5_1). A block then
+//! contributes `(d·dy)·(Σq·y − c·Σy) + m·(dy·Σy)`: the zero point is
 //! taken off in integers (exact), `dy`, `dy·Σy` and the per-lane Σy come
 //! precomputed with the activation, `Σq·y` from the integer dot.
 
 use crate::isa::Isa;
 use crate::quant::q4_0::BlockQ4_0;
 use crate::quant::q4_1::BlockQ4_1;
+use crate::quant::q5_0::BlockQ5_0;
+use crate::quant::q5_1::BlockQ5_1;
 use crate::quant::q8_0::BlockQ8_0;
 use crate::quant::q8_quads::{self, Q8Quads};
 use crate::traits::{MultiDot, MultiDotFn};
@@ -28,6 +31,9 @@ pub(crate) enum Quants {
     /// 16 bytes, element j in the low nibble of byte j and element j + 16
     /// in the high nibble; q ∈ [0, 15].
     Nibbles,
+    /// As `Nibbles`, plus bit 4 of element j in bit j of a u32
+    /// ([`MultiBlock::qh`]); q ∈ [0, 31].
+    Nibbles5,
     /// 32 signed bytes.
     Signed8,
 }
@@ -49,6 +55,10 @@ pub(crate) trait MultiBlock: Pod + Sync {
     fn min(&self) -> f16;
     /// 16 bytes of nibbles or 32 signed bytes, per [`MultiBlock::QUANTS`].
     fn qs(&self) -> &[u8];
+    /// Bit 4 of every quant (`Nibbles5`; zero for the others).
+    fn qh(&self) -> u32 {
+        0
+    }
 }
 
 impl MultiBlock for BlockQ4_0 {
@@ -80,6 +90,44 @@ impl MultiBlock for BlockQ4_1 {
     }
     fn qs(&self) -> &[u8] {
         &self.qs
+    }
+}
+
+impl MultiBlock for BlockQ5_0 {
+    const QUANTS: Quants = Quants::Nibbles5;
+    const ZERO_POINT: i32 = 16;
+    const ZERO_POINT_512: i32 = 16;
+    const HAS_MIN: bool = false;
+    fn d(&self) -> f16 {
+        self.d
+    }
+    fn min(&self) -> f16 {
+        f16::ZERO
+    }
+    fn qs(&self) -> &[u8] {
+        &self.qs
+    }
+    fn qh(&self) -> u32 {
+        u32::from_le_bytes(self.qh)
+    }
+}
+
+impl MultiBlock for BlockQ5_1 {
+    const QUANTS: Quants = Quants::Nibbles5;
+    const ZERO_POINT: i32 = 0;
+    const ZERO_POINT_512: i32 = 0;
+    const HAS_MIN: bool = true;
+    fn d(&self) -> f16 {
+        self.d
+    }
+    fn min(&self) -> f16 {
+        self.m
+    }
+    fn qs(&self) -> &[u8] {
+        &self.qs
+    }
+    fn qh(&self) -> u32 {
+        u32::from_le_bytes(self.qh)
     }
 }
 
@@ -116,10 +164,14 @@ pub(crate) fn activation(acts: &[u8], stride: usize, nb: usize, c: usize) -> Q8Q
 /// Σ (q − c)·y of block `b`.
 fn block_isum<B: MultiBlock>(x: &B, a: &Q8Quads<'_>, b: usize) -> i32 {
     let y = |j| a.quant(b, j) as i32;
+    let h = x.qh();
+    // Bit 4 of element j (Nibbles5 only; qh is zero otherwise).
+    let bit4 = |j: usize| ((h >> j) & 1) as i32 * 16;
     match B::QUANTS {
-        Quants::Nibbles => (x.qs().iter().enumerate())
+        Quants::Nibbles | Quants::Nibbles5 => (x.qs().iter().enumerate())
             .map(|(j, &q)| {
-                let (lo, hi) = ((q & 0x0f) as i32, (q >> 4) as i32);
+                let lo = (q & 0x0f) as i32 + bit4(j);
+                let hi = (q >> 4) as i32 + bit4(j + 16);
                 (lo - B::ZERO_POINT) * y(j) + (hi - B::ZERO_POINT) * y(j + 16)
             })
             .sum(),
@@ -221,6 +273,8 @@ mod tests {
     #[test]
     fn zero_points_are_powers_of_two() {
         for z in [
+            BlockQ5_0::ZERO_POINT,
+            BlockQ5_0::ZERO_POINT_512,
             BlockQ4_0::ZERO_POINT,
             BlockQ4_0::ZERO_POINT_512,
             BlockQ4_1::ZERO_POINT,

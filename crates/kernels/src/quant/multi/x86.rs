@@ -90,13 +90,31 @@ macro_rules! part_full {
     }};
 }
 
+/// Bit 4 of a 5-bit block's quants (its `qh`), zero for a missing block.
+macro_rules! qh {
+    ($b:expr) => {
+        match $b {
+            Some(x) => x.qh(),
+            None => 0,
+        }
+    };
+}
+
+/// [`qh!`] of a block that exists.
+macro_rules! qh_full {
+    ($b:expr) => {
+        $b.qh()
+    };
+}
+
 /// The quad's quants as two 512-bit registers for `dpbusd` (unsigned),
-/// through `$part` (`part!` or `part_full!`).
+/// through `$part` (`part!` or `part_full!`) and `$qh` (`qh!` or
+/// `qh_full!`).
 macro_rules! quad_quants {
-    ($B:ty, $part:ident, $b:expr) => {{
+    ($B:ty, $part:ident, $qh:ident, $b:expr) => {{
         let b = $b;
         match <$B>::QUANTS {
-            Quants::Nibbles => {
+            Quants::Nibbles | Quants::Nibbles5 => {
                 let v = quad_i(
                     $part!(b[0], 0),
                     $part!(b[1], 0),
@@ -104,10 +122,29 @@ macro_rules! quad_quants {
                     $part!(b[3], 0),
                 );
                 let m = _mm512_set1_epi8(0x0f);
-                (
+                let (lo, hi) = (
                     _mm512_and_si512(v, m),
                     _mm512_and_si512(_mm512_srli_epi16(v, 4), m),
-                )
+                );
+                if <$B>::QUANTS == Quants::Nibbles5 {
+                    // Bit j of qh is bit 4 of element j: the low nibbles
+                    // (elements 0..16 of each block) take its low halves,
+                    // the high nibbles its high halves; add 16 where set.
+                    let h = [$qh!(b[0]), $qh!(b[1]), $qh!(b[2]), $qh!(b[3])];
+                    let mut mlo = 0u64;
+                    let mut mhi = 0u64;
+                    for (k, &hk) in h.iter().enumerate() {
+                        mlo |= ((hk & 0xffff) as u64) << (16 * k);
+                        mhi |= ((hk >> 16) as u64) << (16 * k);
+                    }
+                    let sixteen = _mm512_set1_epi8(16);
+                    (
+                        _mm512_mask_add_epi8(lo, mlo, lo, sixteen),
+                        _mm512_mask_add_epi8(hi, mhi, hi, sixteen),
+                    )
+                } else {
+                    (lo, hi)
+                }
             }
             Quants::Signed8 => {
                 // + 128 → unsigned for dpbusd (taken off again with the
@@ -148,6 +185,23 @@ fn check_quads(nb: usize, acts: &[Q8Quads<'_>]) -> usize {
     q
 }
 
+/// Byte j = 0xff where bit j of `x` is set, else 0.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bytes_from_bits_32(x: u32) -> __m256i {
+    // Byte j gets byte j / 8 of x; OR-ing every bit but j % 8 gives all
+    // ones exactly where that bit was set.
+    let shuffle = _mm256_set_epi64x(
+        0x0303_0303_0303_0303,
+        0x0202_0202_0202_0202,
+        0x0101_0101_0101_0101,
+        0,
+    );
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x as i32), shuffle);
+    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+    _mm256_cmpeq_epi8(_mm256_or_si256(bytes, others), _mm256_set1_epi64x(-1))
+}
+
 /// Four 128-bit parts → one 512-bit register, `a` lowest.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
@@ -182,11 +236,11 @@ pub unsafe fn group_avx512<B: MultiBlock, const N: usize>(
     for q in 0..nq {
         let (qa, qb, dm) = if q < full {
             let (b, dm) = weight_quad_full!(w, q);
-            let (qa, qb) = quad_quants!(B, part_full, b);
+            let (qa, qb) = quad_quants!(B, part_full, qh_full, b);
             (qa, qb, dm)
         } else {
             let (b, dm) = weight_quad!(w, q);
-            let (qa, qb) = quad_quants!(B, part, b);
+            let (qa, qb) = quad_quants!(B, part, qh, b);
             (qa, qb, dm)
         };
         let dw = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(dm));
@@ -247,16 +301,57 @@ pub unsafe fn group_avx2<B: MultiBlock, const N: usize>(
         let (b, dm) = weight_quad!(w, q);
         // First and last 16 elements of blocks 0–1 and of blocks 2–3.
         let (a01, b01, a23, b23) = match B::QUANTS {
-            Quants::Nibbles => {
+            Quants::Nibbles | Quants::Nibbles5 => {
                 let m = _mm256_set1_epi8(0x0f);
                 let v01 = _mm256_set_m128i(part!(b[1], 0), part!(b[0], 0));
                 let v23 = _mm256_set_m128i(part!(b[3], 0), part!(b[2], 0));
-                (
+                let q = (
                     _mm256_and_si256(v01, m),
                     _mm256_and_si256(_mm256_srli_epi16(v01, 4), m),
                     _mm256_and_si256(v23, m),
                     _mm256_and_si256(_mm256_srli_epi16(v23, 4), m),
-                )
+                );
+                if B::QUANTS == Quants::Nibbles5 {
+                    // Bit 4 of each element from qh, as in group_avx512:
+                    // a register of low nibbles holds elements 0..16 of
+                    // two blocks, one of high nibbles elements 16..32.
+                    let h = [qh!(b[0]), qh!(b[1]), qh!(b[2]), qh!(b[3])];
+                    let halves = |x: u32, y: u32, hi: bool| {
+                        let (x, y) = if hi {
+                            (x >> 16, y >> 16)
+                        } else {
+                            (x & 0xffff, y & 0xffff)
+                        };
+                        x | y << 16
+                    };
+                    let sixteen = _mm256_set1_epi8(16);
+                    (
+                        _mm256_or_si256(
+                            q.0,
+                            _mm256_and_si256(
+                                bytes_from_bits_32(halves(h[0], h[1], false)),
+                                sixteen,
+                            ),
+                        ),
+                        _mm256_or_si256(
+                            q.1,
+                            _mm256_and_si256(bytes_from_bits_32(halves(h[0], h[1], true)), sixteen),
+                        ),
+                        _mm256_or_si256(
+                            q.2,
+                            _mm256_and_si256(
+                                bytes_from_bits_32(halves(h[2], h[3], false)),
+                                sixteen,
+                            ),
+                        ),
+                        _mm256_or_si256(
+                            q.3,
+                            _mm256_and_si256(bytes_from_bits_32(halves(h[2], h[3], true)), sixteen),
+                        ),
+                    )
+                } else {
+                    q
+                }
             }
             Quants::Signed8 => (
                 _mm256_set_m128i(part!(b[1], 0), part!(b[0], 0)),
@@ -281,8 +376,8 @@ pub unsafe fn group_avx2<B: MultiBlock, const N: usize>(
                 )
             };
             let (mut i01, mut i23) = match B::QUANTS {
-                // i16 pair sums stay below 2·2·15·127: no saturation.
-                Quants::Nibbles => (
+                // i16 pair sums stay below 2·2·31·127: no saturation.
+                Quants::Nibbles | Quants::Nibbles5 => (
                     _mm256_madd_epi16(
                         _mm256_add_epi16(
                             _mm256_maddubs_epi16(a01, ya01),

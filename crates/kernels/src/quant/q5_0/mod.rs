@@ -4,7 +4,7 @@
 
 use crate::isa::Isa;
 use crate::quant::q8_0::BlockQ8_0;
-use crate::traits::{TypeTraits, VecDotFn};
+use crate::traits::{MultiDot, TypeTraits, VecDotFn};
 use bytemuck::{Pod, Zeroable};
 use gguf::GgmlType;
 use half::f16;
@@ -30,8 +30,12 @@ pub const TRAITS: TypeTraits = TypeTraits {
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
     vec_dot_for,
-    multi: None,
+    multi: Some(&MULTI),
 };
+
+/// Batched decode and prefill: one row against several activations in Q8
+/// quads.
+pub const MULTI: MultiDot = crate::quant::multi::multi_dot::<BlockQ5_0>();
 
 /// Packs 32 five-bit quants: low nibbles into `qs`, bit 4 into `qh`.
 pub(crate) fn pack5(q: &[u8; 32], qs: &mut [u8; 16], qh: &mut [u8; 4]) {

@@ -8,7 +8,7 @@ use crate::isa::Isa;
 use crate::quant::q4_1::min_max;
 use crate::quant::q5_0::{pack5, unpack5};
 use crate::quant::q8_0::BlockQ8_0;
-use crate::traits::{TypeTraits, VecDotFn};
+use crate::traits::{MultiDot, TypeTraits, VecDotFn};
 use bytemuck::{Pod, Zeroable};
 use gguf::GgmlType;
 use half::f16;
@@ -35,8 +35,12 @@ pub const TRAITS: TypeTraits = TypeTraits {
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
     vec_dot_for,
-    multi: None,
+    multi: Some(&MULTI),
 };
+
+/// Batched decode and prefill: one row against several activations in Q8
+/// quads.
+pub const MULTI: MultiDot = crate::quant::multi::multi_dot::<BlockQ5_1>();
 
 /// `quantize_row_q5_1_ref`: [min, max] split into 31 steps.
 pub fn quantize_row(x: &[f32], y: &mut [BlockQ5_1]) {

@@ -33,7 +33,7 @@
 //! pass below or to [`crate::cachefit`]'s. The batch checks (token, sequence
 //! and position ranges, logit rows) are shared, so both fail the same way.
 
-use crate::cachefit::CachefitState;
+use crate::cachefit::{attention, CachefitState};
 use crate::config::ModelConfig;
 use crate::kv_cache::{Columns, KvCache, KvType};
 use crate::weights::{LlamaWeights, Weights};
@@ -42,7 +42,7 @@ use kernels::matmul::{matmul, matmul_each, MatmulScratch};
 use kernels::matvec::QMatrix;
 use kernels::ops;
 use kernels::pool::ThreadPool;
-use kernels::vecops::{self, Attention};
+use kernels::vecops;
 
 /// Attention work (token-heads × positions) from which it is split over the
 /// pool's threads; below it, a pool run per layer costs more than the work.
@@ -596,32 +596,16 @@ fn llama_forward<'s>(
                 let span = g * hd * n_ctx..(g + 1) * hd * n_ctx; // (head_dim, n_ctx)
                 let cols = caches[tok.seq].layer(li).columns();
                 match cols.expect("every cache of a state has the same type") {
-                    Columns::F16 { keys, values } => vecops::attend_f16(
-                        &Attention {
-                            q: qg,
-                            head_dim: hd,
-                            keys: &keys[span.clone()],
-                            values: &values[span],
-                            stride: n_ctx,
-                            n_pos: tok.pos + 1,
-                            scale,
-                        },
-                        scores,
-                        out,
-                    ),
-                    Columns::F32 { keys, values } => vecops::attend(
-                        &Attention {
-                            q: qg,
-                            head_dim: hd,
-                            keys: &keys[span.clone()],
-                            values: &values[span],
-                            stride: n_ctx,
-                            n_pos: tok.pos + 1,
-                            scale,
-                        },
-                        scores,
-                        out,
-                    ),
+                    Columns::F16 { keys, values } => {
+                        let (k, v) = (&keys[span.clone()], &values[span]);
+                        let a = attention(qg, hd, k, v, n_ctx, tok.pos, scale);
+                        vecops::attend_f16(&a, scores, out)
+                    }
+                    Columns::F32 { keys, values } => {
+                        let (k, v) = (&keys[span.clone()], &values[span]);
+                        let a = attention(qg, hd, k, v, n_ctx, tok.pos, scale);
+                        vecops::attend(&a, scores, out)
+                    }
                 }
             };
             let work: usize = (0..n).map(|t| cfg.n_heads * (token(t).pos + 1)).sum();

@@ -240,8 +240,8 @@ impl CachefitState {
 }
 
 /// Query heads `q` over positions `0..=pos` of one kv head's `(hd,
-/// n_ctx)` keys and values.
-fn attention<'a, T: KvElement>(
+/// n_ctx)` keys and values (both architectures store f16/f32 caches so).
+pub(crate) fn attention<'a, T: KvElement>(
     q: &'a [f32],
     hd: usize,
     keys: &'a [T],

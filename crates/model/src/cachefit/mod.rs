@@ -29,6 +29,6 @@ mod forward;
 mod weights;
 
 pub use config::{BlockKind, CachefitConfig};
-pub(crate) use forward::forward;
 pub use forward::CachefitState;
+pub(crate) use forward::{attention, forward};
 pub use weights::{Block, CachefitWeights, Matrix, Mixer};

@@ -185,23 +185,6 @@ fn check_quads(nb: usize, acts: &[Q8Quads<'_>]) -> usize {
     q
 }
 
-/// Byte j = 0xff where bit j of `x` is set, else 0.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn bytes_from_bits_32(x: u32) -> __m256i {
-    // Byte j gets byte j / 8 of x; OR-ing every bit but j % 8 gives all
-    // ones exactly where that bit was set.
-    let shuffle = _mm256_set_epi64x(
-        0x0303_0303_0303_0303,
-        0x0202_0202_0202_0202,
-        0x0101_0101_0101_0101,
-        0,
-    );
-    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x as i32), shuffle);
-    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
-    _mm256_cmpeq_epi8(_mm256_or_si256(bytes, others), _mm256_set1_epi64x(-1))
-}
-
 /// Four 128-bit parts → one 512-bit register, `a` lowest.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]

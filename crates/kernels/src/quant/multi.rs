@@ -151,9 +151,16 @@ impl MultiBlock for BlockQ8_0 {
 pub(crate) const fn multi_dot<B: MultiBlock>() -> MultiDot {
     MultiDot {
         prepared_bytes: q8_quads::prepared_bytes,
-        prepare: q8_quads::prepare,
+        prepare: prepare::<B>,
         dot_for: dot_for::<B>,
     }
+}
+
+/// Q8 quads whose lane sums carry `B`'s AVX-512 zero point (the AVX2 one
+/// where it has one: the two are equal but for Q8_0, which needs none on
+/// AVX2).
+fn prepare<B: MultiBlock>(x: &[f32], dst: &mut [u8]) {
+    q8_quads::prepare_with_zero_point(x, dst, B::ZERO_POINT_512)
 }
 
 /// Activation `c` of a call, viewed for rows of `nb` blocks.
@@ -269,7 +276,20 @@ fn dot_for<B: MultiBlock>(isa: Isa) -> MultiDotFn {
 mod tests {
     use super::*;
 
-    /// The kernels take zero points off with a shift.
+    /// The AVX2 kernel reads the lane sums prepared for ZERO_POINT_512.
+    #[test]
+    fn avx2_zero_point_is_the_prepared_one_or_none() {
+        fn check<B: MultiBlock>() {
+            assert!(B::ZERO_POINT == 0 || B::ZERO_POINT == B::ZERO_POINT_512);
+        }
+        check::<BlockQ4_0>();
+        check::<BlockQ4_1>();
+        check::<BlockQ5_0>();
+        check::<BlockQ5_1>();
+        check::<BlockQ8_0>();
+    }
+
+    /// Zero points are powers of two (the scalar kernels' shifts).
     #[test]
     fn zero_points_are_powers_of_two() {
         for z in [

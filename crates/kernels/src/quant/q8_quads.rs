@@ -18,10 +18,12 @@
 //! - `dy`: `16·q` f32, each block's scale on the 4 lanes its sum lands in;
 //! - `sy`: `8·q` f32, per quad `[0, dy₀·Σy₀, 0, dy₁·Σy₁, 0, …, dy₃·Σy₃]`, lined
 //!   up with a weight quad's `[d₀, m₀, d₁, m₁, …]` for a stored minimum;
-//! - `ls`: `16·q` i32, per quad the sum of the 8 quants each lane of the two
-//!   `dpbusd` takes (4 from each half): subtracting `c·ls` from the integer
-//!   sums removes a zero point `c` exactly (Q4_0's 8, or the 128 that makes
-//!   Q8_0 unsigned). Done in float instead, the two large terms cancel and
+//! - `ls`: `16·q` i32, per quad −c times the sum of the 8 quants each lane
+//!   of the two `dpbusd` takes (4 from each half), for the weight type's
+//!   zero point `c` (Q4_0's 8, Q5_0's 16, or the 128 that makes Q8_0
+//!   unsigned on AVX-512; 0 for the others): the kernels start their
+//!   integer sums from it, which removes the zero point exactly at no cost
+//!   per weight row. Done in float instead, the two large terms cancel and
 //!   the rounding error showed up as greedy divergence from llama.cpp.
 //!
 //! Every part starts on a multiple of 32 bytes from the start.
@@ -85,6 +87,11 @@ impl<'a> Q8Quads<'a> {
 /// Quantize `x` (whole Q8_0 blocks) into `dst` (`prepared_bytes(x.len())`
 /// bytes, 4-aligned), with ggml-cpu's run-time Q8_0 quantizer.
 pub fn prepare(x: &[f32], dst: &mut [u8]) {
+    prepare_with_zero_point(x, dst, 0)
+}
+
+/// [`prepare`] with `ls` holding −`zero_point`·(lane sums).
+pub fn prepare_with_zero_point(x: &[f32], dst: &mut [u8], zero_point: i32) {
     assert!(
         x.len().is_multiple_of(QK8_0),
         "q8 quads: {} elements are not whole blocks",
@@ -121,7 +128,7 @@ pub fn prepare(x: &[f32], dst: &mut [u8]) {
             let at = 128 * q + 64 * h + 4 * lane;
             qs[at..at + 4].iter().map(|&v| v as i32).sum()
         };
-        *out = half(0) + half(1);
+        *out = -zero_point * (half(0) + half(1));
     }
 }
 
@@ -140,7 +147,7 @@ mod tests {
             let mut buf = vec![0u32; nq * QUAD_BYTES / 4];
             let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut buf);
             bytes.fill(0xAA); // stale contents must not leak through
-            prepare(&x, bytes);
+            prepare_with_zero_point(&x, bytes, 8);
             let v = Q8Quads::new(bytes, nq);
             for b in 0..4 * nq {
                 let sum: i32 = q
@@ -153,8 +160,8 @@ mod tests {
                 assert!(v.dy[4 * b..4 * b + 4].iter().all(|&s| s == d));
                 assert_eq!((v.sy[2 * b], v.scaled_sum(b)), (0.0, d * sum as f32));
                 assert_eq!(v.scale(b), d);
-                // A block's four lanes sum to the block's Σy.
-                assert_eq!(v.ls[4 * b..4 * b + 4].iter().sum::<i32>(), sum);
+                // A block's four lanes sum to −8 times the block's Σy.
+                assert_eq!(v.ls[4 * b..4 * b + 4].iter().sum::<i32>(), -8 * sum);
             }
         }
     }

@@ -237,14 +237,15 @@ pub unsafe fn group_avx512<B: MultiBlock, const N: usize>(
                     _mm512_loadu_ps(a.dy.as_ptr().add(16 * q)),
                 )
             };
-            let mut sums =
-                _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), qa, ya), qb, yb);
-            if B::ZERO_POINT_512 != 0 {
+            // The sums start from −c·(lane sums) (prepared with the
+            // activation), which takes the zero point off exactly.
+            let start = if B::ZERO_POINT_512 != 0 {
                 // SAFETY: as above (16·nq lane sums).
-                let ls = unsafe { _mm512_loadu_si512(a.ls.as_ptr().add(16 * q).cast()) };
-                let shift = _mm512_set1_epi32(B::ZERO_POINT_512.trailing_zeros() as i32);
-                sums = _mm512_sub_epi32(sums, _mm512_sllv_epi32(ls, shift));
-            }
+                unsafe { _mm512_loadu_si512(a.ls.as_ptr().add(16 * q).cast()) }
+            } else {
+                _mm512_setzero_si512()
+            };
+            let sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, qa, ya), qb, yb);
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(dw, dy), *acc);
             if B::HAS_MIN {
                 // SAFETY: as above (8·nq sums).
@@ -382,6 +383,8 @@ pub unsafe fn group_avx2<B: MultiBlock, const N: usize>(
                 ),
             };
             if B::ZERO_POINT != 0 {
+                // The lane sums come as −c·Σ for c = ZERO_POINT_512, which
+                // is ZERO_POINT wherever that is not 0 (a test checks).
                 // SAFETY: as above (16·nq lane sums).
                 let (l01, l23) = unsafe {
                     (
@@ -389,9 +392,8 @@ pub unsafe fn group_avx2<B: MultiBlock, const N: usize>(
                         _mm256_loadu_si256(a.ls.as_ptr().add(16 * q + 8).cast()),
                     )
                 };
-                let shift = _mm256_set1_epi32(B::ZERO_POINT.trailing_zeros() as i32);
-                i01 = _mm256_sub_epi32(i01, _mm256_sllv_epi32(l01, shift));
-                i23 = _mm256_sub_epi32(i23, _mm256_sllv_epi32(l23, shift));
+                i01 = _mm256_add_epi32(i01, l01);
+                i23 = _mm256_add_epi32(i23, l23);
             }
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i01), _mm256_mul_ps(dw01, dy01), *acc);
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i23), _mm256_mul_ps(dw23, dy23), *acc);

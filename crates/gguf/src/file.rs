@@ -7,6 +7,7 @@ use crate::read::{parse_header, Header, Limits, TensorInfo};
 use crate::value::Metadata;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// How to bring the file into memory.
 #[derive(Clone, Copy, Debug)]
@@ -44,7 +45,13 @@ pub struct GgufFile {
     /// File-backed map, or (with `mmap: false`) an anonymous map the file
     /// was read into: one type either way, and both can be `mlock`ed.
     map: memmap2::Mmap,
+    /// Whether `map` maps the file itself (not a copy), so its pages can
+    /// be dropped and read back ([`GgufFile::release`]).
+    file_backed: bool,
     header: Header,
+    /// Buffers derived from the tensors ([`GgufFile::keep_derived`]): only
+    /// ever pushed, freed with the file.
+    derived: Mutex<Vec<memmap2::Mmap>>,
 }
 
 impl GgufFile {
@@ -89,7 +96,13 @@ impl GgufFile {
             anon.make_read_only().map_err(|e| err(e.into()))?
         };
         let header = parse_header(&map, opts.limits).map_err(err)?;
-        let f = GgufFile { path, map, header };
+        let f = GgufFile {
+            path,
+            map,
+            file_backed: opts.mmap,
+            header,
+            derived: Mutex::default(),
+        };
         if opts.mlock {
             f.mlock()?;
         }
@@ -110,7 +123,13 @@ impl GgufFile {
         anon.copy_from_slice(bytes);
         let map = anon.make_read_only().map_err(|e| err(e.into()))?;
         let header = parse_header(&map, limits).map_err(err)?;
-        Ok(GgufFile { path, map, header })
+        Ok(GgufFile {
+            path,
+            map,
+            file_backed: false,
+            header,
+            derived: Mutex::default(),
+        })
     }
 
     fn mlock(&self) -> Result<()> {
@@ -168,6 +187,65 @@ impl GgufFile {
             .tensor_info(name)
             .ok_or_else(|| Error::new(&self.path, ErrorKind::MissingTensor(name.to_string())))?;
         Ok((info, self.tensor_data(info)))
+    }
+
+    /// A buffer of `len` bytes (page-aligned, zeroed, then written by
+    /// `fill`) that lives as long as the file: for data derived from its
+    /// tensors, such as weights repacked at load.
+    pub fn keep_derived(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<&[u8]> {
+        let mut anon = memmap2::MmapMut::map_anon(len.max(1)).map_err(|e| self.err(e.into()))?;
+        advise_huge_pages(&anon);
+        fill(&mut anon[..len]);
+        let map = anon.make_read_only().map_err(|e| self.err(e.into()))?;
+        let ptr = map.as_ptr();
+        self.derived
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(map);
+        // SAFETY: the map just pushed is read-only and stays mapped until
+        // `self` is dropped (entries are never removed; moving the `Mmap`
+        // handle as the Vec grows does not move the mapping), so the
+        // `len` bytes at `ptr` are valid and unchanging for `&self`'s
+        // lifetime.
+        Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+    }
+
+    /// Tell the OS that `bytes` (a part of this file's map, e.g. a tensor
+    /// now held repacked) will not be read for a while, so its pages leave
+    /// the process's resident set. Reading them later is still correct:
+    /// they come back from the file. A no-op for copies (`mmap: false`, a
+    /// built-in model), which could not be read back.
+    pub fn release(&self, bytes: &[u8]) {
+        if !self.file_backed {
+            return;
+        }
+        let base = self.map.as_ptr() as usize;
+        let (start, end) = (
+            bytes.as_ptr() as usize,
+            bytes.as_ptr() as usize + bytes.len(),
+        );
+        if start < base || end > base + self.map.len() {
+            return;
+        }
+        // Whole pages inside the range only: the neighbours stay mapped.
+        const PAGE: usize = 4096;
+        let (from, to) = (
+            (start - base).div_ceil(PAGE) * PAGE,
+            (end - base) / PAGE * PAGE,
+        );
+        if from >= to {
+            return;
+        }
+        #[cfg(unix)]
+        // SAFETY: the map is a read-only private map of the file, never
+        // written, so it holds no private (copied-on-write) pages: dropping
+        // its pages loses nothing, and any later read faults the same file
+        // bytes back in. The range lies inside the map (checked above).
+        // Failure (e.g. locked pages) leaves them resident, which is fine.
+        let _ = unsafe {
+            self.map
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from)
+        };
     }
 
     /// Wrap a metadata error with this file's path.

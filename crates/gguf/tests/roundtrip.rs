@@ -184,3 +184,44 @@ fn real_model_reads_and_rewrites_identically() {
     }
     assert_eq!(rewrite(&g), once);
 }
+
+/// Derived buffers hold what was written into them for as long as the
+/// file lives; a released tensor reads back the same bytes (from the
+/// file, for a map; untouched, for a copy).
+#[test]
+fn derived_buffers_and_released_tensors() {
+    let n = 40_000usize; // 160 KB: whole pages inside the tensor
+    let mut b = Builder::new(gguf::Metadata::default());
+    b.add_tensor(TensorSpec {
+        name: "big".into(),
+        dims: vec![n as u64],
+        ty: gguf::GgmlType::F32,
+    })
+    .unwrap();
+    let data: Vec<u8> = (0..4 * n).map(|i| (i * 7 % 251) as u8).collect();
+    let mut w = b.write_header(Vec::new()).unwrap();
+    w.write_tensor(&data).unwrap();
+    let tmp = write_tmp(&w.finish().unwrap());
+    for mmap in [true, false] {
+        let f = GgufFile::open_with(
+            tmp.path(),
+            OpenOptions {
+                mmap,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let (_, t) = f.tensor("big").unwrap();
+        assert_eq!(t, &data[..]);
+        f.release(t);
+        f.release(&data); // not part of the map: ignored
+        assert_eq!(t, &data[..], "mmap {mmap}");
+        let bufs: Vec<&[u8]> = (0..20)
+            .map(|k| f.keep_derived(5000 + k, |b| b.fill(k as u8)).unwrap())
+            .collect();
+        for (k, b) in bufs.iter().enumerate() {
+            assert_eq!(b.len(), 5000 + k);
+            assert!(b.iter().all(|&v| v == k as u8));
+        }
+    }
+}

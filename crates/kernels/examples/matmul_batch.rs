@@ -1,6 +1,7 @@
 //! Time of one batched product `Y = X Wᵀ` per batch size, against the same
 //! matrix: how much a token costs when `n` share a pass over the weights.
-//! `cargo run --release -p cachefit-kernels --example matmul_batch [THREADS]`
+//! `cargo run --release -p cachefit-kernels --example matmul_batch [THREADS] [tiles]`
+//! (`tiles`: the matrices repacked into row tiles first.)
 use gguf::GgmlType;
 use kernels::matmul::{matmul, MatmulScratch};
 use kernels::matvec::QMatrix;
@@ -14,6 +15,7 @@ fn main() {
         .nth(1)
         .map_or(1, |t| t.parse().expect("threads"));
     let pool = ThreadPool::new(threads);
+    let tiled = std::env::args().nth(2).as_deref() == Some("tiles");
     println!("| type | shape | n | µs per call | µs per token | vs n = 1 |");
     println!("|---|---|---:|---:|---:|---:|");
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
@@ -30,6 +32,15 @@ fn main() {
             }
             let bytes: &[u8] = bytemuck::cast_slice(&buf);
             let m = QMatrix::new(ty, rows, cols, &bytes[..rows * rb]).unwrap();
+            let mut tiles = vec![0u64; m.tiles_bytes().unwrap_or(0).div_ceil(8)];
+            let m = if tiled {
+                let t: &mut [u8] = bytemuck::cast_slice_mut(&mut tiles);
+                let t = &mut t[..m.tiles_bytes().unwrap()];
+                m.pack_tiles(t).unwrap();
+                m.with_tiles(t).unwrap()
+            } else {
+                m
+            };
             let mut base = 0.0;
             for n in [1, 2, 4, 8, 16] {
                 let xs: Vec<f32> = (0..n * cols)

@@ -14,7 +14,8 @@
 use crate::isa::Isa;
 use crate::matvec::QMatrix;
 use crate::pool::ThreadPool;
-use crate::traits::{MultiDot, VecDotFn};
+use crate::quant::tiles::{self, TILE_ROWS};
+use crate::traits::{FromFloatFn, MultiDot, VecDotFn};
 use bytemuck::{Pod, Zeroable};
 
 /// A cache line: keeps each quantized activation row aligned for the block
@@ -55,11 +56,22 @@ impl MatmulScratch {
     }
 }
 
-/// Bytes of one quantized activation row: in the type's multi-dot layout
-/// where it has one, else its `vec_dot_type`.
+/// An activation layout: how one is prepared, and its bytes for `cols`.
+type ActLayout = (FromFloatFn, fn(usize) -> usize);
+
+/// How an activation is prepared for `m`'s kernel, when not just quantized
+/// to its `vec_dot_type`: for row tiles or the type's multi-dot.
+fn act_layout(m: &QMatrix<'_>) -> Option<ActLayout> {
+    if m.tiles().is_some() {
+        return Some((tiles::prepare, tiles::prepared_bytes));
+    }
+    m.traits().multi.map(|k| (k.prepare, k.prepared_bytes))
+}
+
+/// Bytes of one quantized activation row: in the layout of `m`'s kernel.
 fn act_bytes(m: &QMatrix<'_>) -> usize {
-    match m.traits().multi {
-        Some(k) => (k.prepared_bytes)(m.cols()),
+    match act_layout(m) {
+        Some((_, bytes)) => bytes(m.cols()),
         None => m.activation_bytes(),
     }
 }
@@ -114,6 +126,11 @@ pub fn matmul_isa(
     }
     scratch.reserve(m, n);
     let stride = act_stride(m);
+    if m.tiles().is_some() {
+        prepare_layout(m, tiles::prepare, xs, scratch);
+        let xq: &[u8] = &bytemuck::cast_slice(&scratch.xq)[..n * stride];
+        return run_tiles(pool, isa, m, xq, stride, n, ys);
+    }
     if let Some(multi) = m.traits().multi {
         return matmul_multi(pool, isa, m, multi, xs, ys, scratch);
     }
@@ -171,19 +188,88 @@ fn matmul_multi(
     scratch: &mut MatmulScratch,
 ) {
     let n = xs.len() / m.cols();
-    prepare_multi(m, multi, xs, scratch);
+    prepare_layout(m, multi.prepare, xs, scratch);
     run_multi(pool, isa, m, multi, n, ys, scratch);
 }
 
-/// Quantize the `n` rows of `xs` into `scratch.xq` in `multi`'s layout.
-fn prepare_multi(m: &QMatrix<'_>, multi: &MultiDot, xs: &[f32], scratch: &mut MatmulScratch) {
+/// Quantize the `n` rows of `xs` into `scratch.xq` with `prepare` (the
+/// preparation of `m`'s kernel).
+fn prepare_layout(m: &QMatrix<'_>, prepare: FromFloatFn, xs: &[f32], scratch: &mut MatmulScratch) {
     let cols = m.cols();
     let n = xs.len() / cols;
     let (stride, qbytes) = (act_stride(m), act_bytes(m));
     let xq: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut scratch.xq)[..n * stride];
     for (x, q) in xs.chunks_exact(cols).zip(xq.chunks_exact_mut(stride)) {
-        (multi.prepare)(x, &mut q[..qbytes]);
+        prepare(x, &mut q[..qbytes]);
     }
+}
+
+/// `ys = xs · mᵀ` through `m`'s row tiles for the `n` activations prepared
+/// in `xq` (`stride` bytes apart). A thread takes a chunk of tiles and runs
+/// each against every activation while it sits in L1, writing its rows of
+/// every output row.
+pub(crate) fn run_tiles(
+    pool: &ThreadPool,
+    isa: Isa,
+    m: &QMatrix<'_>,
+    xq: &[u8],
+    stride: usize,
+    n: usize,
+    ys: &mut [f32],
+) {
+    let (rows, cols) = (m.rows(), m.cols());
+    let td = tiles::tile_dot(m.ty()).expect("a matrix with tiles has tile kernels");
+    let data = m.tiles().expect("run_tiles on a matrix with tiles");
+    let tb = (td.tile_bytes)(cols);
+    let nb = cols / 32;
+    let dot = (td.dot_for)(isa);
+    assert_eq!(ys.len(), n * rows);
+    let tiles_per_chunk = (CHUNK_BYTES / tb.max(1)).max(1);
+    // Activations per kernel call: the output fits on the stack.
+    const GROUP: usize = 8;
+    if n == 1 {
+        // One token: the output is ys itself, in whole tiles.
+        pool.for_each_chunk_mut(ys, tiles_per_chunk * TILE_ROWS, |r0, out, _| {
+            let mut buf = [0.0f32; TILE_ROWS];
+            for (i, o) in out.chunks_mut(TILE_ROWS).enumerate() {
+                let t = r0 / TILE_ROWS + i;
+                dot(&data[t * tb..(t + 1) * tb], nb, xq, stride, 1, &mut buf);
+                o.copy_from_slice(&buf[..o.len()]);
+            }
+        });
+        return;
+    }
+    let ys_len = ys.len();
+    let out = OutRows(ys.as_mut_ptr());
+    pool.for_each_chunk(tiles::tiles(rows), tiles_per_chunk, |range, _| {
+        let mut buf = [0.0f32; TILE_ROWS * GROUP];
+        for t in range {
+            let tile = &data[t * tb..(t + 1) * tb];
+            let r0 = t * TILE_ROWS;
+            let valid = TILE_ROWS.min(rows - r0);
+            for c0 in (0..n).step_by(GROUP) {
+                let k = GROUP.min(n - c0);
+                dot(
+                    tile,
+                    nb,
+                    &xq[c0 * stride..],
+                    stride,
+                    k,
+                    &mut buf[..TILE_ROWS * k],
+                );
+                for (c, o) in buf[..TILE_ROWS * k].chunks_exact(TILE_ROWS).enumerate() {
+                    let i = (c0 + c) * rows + r0;
+                    assert!(i + valid <= ys_len);
+                    // SAFETY: `ys` is exclusively borrowed for this call and
+                    // outlives the run; the range is in bounds (checked);
+                    // rows r0..r0 + valid belong to tile t alone, and each
+                    // tile goes to one thread, so no two threads write the
+                    // same element.
+                    unsafe { std::ptr::copy_nonoverlapping(o.as_ptr(), out.get().add(i), valid) };
+                }
+            }
+        }
+    });
 }
 
 /// `ys = xs · mᵀ` for the `n` activations [`prepare_multi`] left in
@@ -274,18 +360,17 @@ pub fn matmul_each(
 ) {
     assert_eq!(ms.len(), ys.len(), "matmul_each: one output per matrix");
     let shared = ms.first().and_then(|m0| {
-        let k0 = m0.traits().multi?;
+        let (p0, b0) = act_layout(m0)?;
         ms.iter()
             .all(|m| {
                 m.cols() == m0.cols()
-                    && m.traits().multi.is_some_and(|k| {
-                        std::ptr::fn_addr_eq(k.prepare, k0.prepare)
-                            && std::ptr::fn_addr_eq(k.prepared_bytes, k0.prepared_bytes)
+                    && act_layout(m).is_some_and(|(p, b)| {
+                        std::ptr::fn_addr_eq(p, p0) && std::ptr::fn_addr_eq(b, b0)
                     })
             })
-            .then_some(k0)
+            .then_some(p0)
     });
-    let Some(k0) = shared else {
+    let Some(p0) = shared else {
         for (m, y) in ms.iter().zip(ys.iter_mut()) {
             matmul(pool, m, xs, y, scratch);
         }
@@ -312,10 +397,16 @@ pub fn matmul_each(
         return;
     }
     let isa = crate::isa::selected();
-    prepare_multi(ms[0], k0, xs, scratch);
+    prepare_layout(ms[0], p0, xs, scratch);
     for (m, y) in ms.iter().zip(ys.iter_mut()) {
-        let multi = m.traits().multi.expect("checked above");
-        run_multi(pool, isa, m, multi, n, y, scratch);
+        if m.tiles().is_some() {
+            let stride = act_stride(m);
+            let xq: &[u8] = &bytemuck::cast_slice(&scratch.xq)[..n * stride];
+            run_tiles(pool, isa, m, xq, stride, n, y);
+        } else {
+            let multi = m.traits().multi.expect("checked above");
+            run_multi(pool, isa, m, multi, n, y, scratch);
+        }
     }
 }
 
@@ -386,22 +477,111 @@ mod tests {
         }
     }
 
+    /// A matrix in row tiles: a batch equals `n` matvecs bit for bit at
+    /// any thread count and kernel set, and both stay within rounding of
+    /// the row-wise products (tiles add the same integer sums in another
+    /// float order).
+    #[test]
+    fn tiled_batch_equals_matvecs() {
+        let pools: Vec<ThreadPool> = (1..=3).map(ThreadPool::new).collect();
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            for (i, &(rows, blocks, n)) in
+                [(1, 1, 1), (17, 3, 2), (70, 2, 9), (33, 18, 20), (16, 4, 1)]
+                    .iter()
+                    .enumerate()
+            {
+                let cols = 32 * blocks;
+                let data = matrix_bytes(ty, rows, cols, 40 + i as u64);
+                let plain = view(ty, rows, cols, &data);
+                let mut tiles = vec![0u8; plain.tiles_bytes().unwrap()];
+                plain.pack_tiles(&mut tiles).unwrap();
+                let m = plain.with_tiles(&tiles).unwrap();
+                let xs = weights(&mut rng(200 + i as u64), n * cols);
+                let mut rowwise = vec![0.0; n * rows];
+                matmul(
+                    &pools[0],
+                    &plain,
+                    &xs,
+                    &mut rowwise,
+                    &mut MatmulScratch::new(),
+                );
+                for pool in &pools {
+                    for isa in Isa::supported() {
+                        let mut ys = vec![f32::NAN; n * rows];
+                        matmul_isa(pool, isa, &m, &xs, &mut ys, &mut MatmulScratch::new());
+                        let mut y1 = vec![0.0; rows];
+                        let mut vs = MatvecScratch::new();
+                        for t in 0..n {
+                            let x = &xs[t * cols..(t + 1) * cols];
+                            matvec_isa(pool, isa, &m, x, &mut y1, &mut vs);
+                            assert_eq!(
+                                &ys[t * rows..(t + 1) * rows],
+                                &y1[..],
+                                "{ty:?} {isa:?} rows {rows} cols {cols} n {n} t {t} threads {}",
+                                pool.n_threads()
+                            );
+                        }
+                        for (a, b) in ys.iter().zip(&rowwise) {
+                            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{ty:?} {a} vs {b}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tiles of the wrong length or for a type without tile kernels are
+    /// refused.
+    #[test]
+    fn bad_tiles_are_refused() {
+        let data = matrix_bytes(GgmlType::Q8_0, 4, 64, 1);
+        let m = view(GgmlType::Q8_0, 4, 64, &data);
+        let n = m.tiles_bytes().unwrap();
+        let buf = vec![0u8; n + 1];
+        assert!(m.with_tiles(&buf[..n - 1]).is_err());
+        assert!(m.pack_tiles(&mut vec![0u8; n + 1]).is_err());
+        let data = matrix_bytes(GgmlType::Q6_K, 4, 256, 1);
+        let k = view(GgmlType::Q6_K, 4, 256, &data);
+        assert_eq!(k.tiles_bytes(), None);
+        assert!(k
+            .with_tiles(&buf)
+            .unwrap_err()
+            .to_string()
+            .contains("no row-tile kernels"));
+    }
+
     /// Matrices sharing an input give what separate calls give, whether
     /// or not their types share an activation layout.
     #[test]
     fn each_equals_separate_calls() {
         let pool = ThreadPool::new(2);
-        for types in [
-            [GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0],
-            [GgmlType::Q4_1, GgmlType::Q6_K, GgmlType::F32],
+        for (tiled, types) in [
+            (false, [GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0]),
+            (true, [GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0]),
+            (false, [GgmlType::Q4_1, GgmlType::Q6_K, GgmlType::F32]),
         ] {
             let cols = 256 * 2;
             let shapes = [7, 3, 12];
             let data: Vec<Vec<Line>> = (0..3)
                 .map(|i| matrix_bytes(types[i], shapes[i], cols, i as u64))
                 .collect();
-            let ms: Vec<QMatrix<'_>> = (0..3)
+            let plain: Vec<QMatrix<'_>> = (0..3)
                 .map(|i| view(types[i], shapes[i], cols, &data[i]))
+                .collect();
+            let tiles: Vec<Vec<u8>> = plain
+                .iter()
+                .map(|m| {
+                    let mut t = vec![0u8; m.tiles_bytes().unwrap_or(0)];
+                    if tiled {
+                        m.pack_tiles(&mut t).unwrap();
+                    }
+                    t
+                })
+                .collect();
+            let ms: Vec<QMatrix<'_>> = plain
+                .iter()
+                .zip(&tiles)
+                .map(|(m, t)| if tiled { m.with_tiles(t).unwrap() } else { *m })
                 .collect();
             for n in [1, 3, 5] {
                 let xs = weights(&mut rng(7 + n as u64), n * cols);

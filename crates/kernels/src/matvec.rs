@@ -53,6 +53,13 @@ pub enum MatrixError {
     },
     /// The data does not start on a [`DATA_ALIGN`] boundary.
     Misaligned { ty: GgmlType, addr: usize },
+    /// Row tiles ([`QMatrix::with_tiles`]) for a type without tile kernels,
+    /// or of the wrong length.
+    Tiles {
+        ty: GgmlType,
+        expected: Option<usize>,
+        actual: usize,
+    },
 }
 
 impl fmt::Display for MatrixError {
@@ -90,6 +97,14 @@ impl fmt::Display for MatrixError {
                 f,
                 "{ty} matrix data at {addr:#x} is not {DATA_ALIGN}-byte aligned"
             ),
+            MatrixError::Tiles {
+                ty, expected: None, ..
+            } => write!(f, "no row-tile kernels for weight type {ty}"),
+            MatrixError::Tiles {
+                ty,
+                expected: Some(e),
+                actual,
+            } => write!(f, "{ty} row tiles need {e} bytes, got {actual}"),
         }
     }
 }
@@ -105,6 +120,9 @@ pub struct QMatrix<'a> {
     cols: usize,
     row_bytes: usize,
     data: &'a [u8],
+    /// The same rows repacked into row tiles ([`crate::quant::tiles`]),
+    /// which the products then read instead of `data`.
+    tiles: Option<&'a [u8]>,
     traits: &'static TypeTraits,
     act: &'static TypeTraits,
     /// How `x` is quantized to `act`'s type.
@@ -157,6 +175,7 @@ impl<'a> QMatrix<'a> {
             cols,
             row_bytes,
             data,
+            tiles: None,
             traits: tr,
             act,
             act_from_float: activation_quantizer(vec_dot_type)
@@ -201,6 +220,53 @@ impl<'a> QMatrix<'a> {
     pub fn row(&self, r: usize) -> &'a [u8] {
         &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
     }
+
+    /// Bytes of this matrix repacked into row tiles, if its type has tile
+    /// kernels.
+    pub fn tiles_bytes(&self) -> Option<usize> {
+        let td = crate::quant::tiles::tile_dot(self.ty)?;
+        Some(crate::quant::tiles::tiles(self.rows) * (td.tile_bytes)(self.cols))
+    }
+
+    /// Repack the rows into row tiles in `dst` ([`QMatrix::tiles_bytes`]
+    /// long), for [`QMatrix::with_tiles`].
+    pub fn pack_tiles(&self, dst: &mut [u8]) -> Result<(), MatrixError> {
+        let expected = self.tiles_bytes();
+        match crate::quant::tiles::tile_dot(self.ty) {
+            Some(td) if expected == Some(dst.len()) => {
+                (td.pack)(self.data, self.rows, self.cols, dst);
+                Ok(())
+            }
+            _ => Err(MatrixError::Tiles {
+                ty: self.ty,
+                expected,
+                actual: dst.len(),
+            }),
+        }
+    }
+
+    /// The same matrix with its rows also in row tiles (made by
+    /// [`QMatrix::pack_tiles`] from this matrix), which every product then
+    /// reads instead of the rows.
+    pub fn with_tiles(self, tiles: &'a [u8]) -> Result<QMatrix<'a>, MatrixError> {
+        let expected = self.tiles_bytes();
+        if expected != Some(tiles.len()) {
+            return Err(MatrixError::Tiles {
+                ty: self.ty,
+                expected,
+                actual: tiles.len(),
+            });
+        }
+        Ok(QMatrix {
+            tiles: Some(tiles),
+            ..self
+        })
+    }
+
+    /// The row tiles, if the matrix has them.
+    pub fn tiles(&self) -> Option<&'a [u8]> {
+        self.tiles
+    }
 }
 
 impl fmt::Debug for QMatrix<'_> {
@@ -210,6 +276,7 @@ impl fmt::Debug for QMatrix<'_> {
             .field("rows", &self.rows)
             .field("cols", &self.cols)
             .field("bytes", &self.data.len())
+            .field("tiles", &self.tiles.is_some())
             .finish()
     }
 }
@@ -301,6 +368,27 @@ pub fn matvec_isa(
     y: &mut [f32],
     scratch: &mut MatvecScratch,
 ) {
+    if m.tiles.is_some() {
+        // The tile kernel with one activation: the numbers a batch gives.
+        assert_eq!(
+            x.len(),
+            m.cols,
+            "matvec: x has {} elements, the matrix {} columns",
+            x.len(),
+            m.cols
+        );
+        assert_eq!(
+            y.len(),
+            m.rows,
+            "matvec: y has {} elements, the matrix {} rows",
+            y.len(),
+            m.rows
+        );
+        let xq = scratch.bytes(crate::quant::tiles::prepared_bytes(m.cols));
+        crate::quant::tiles::prepare(x, xq);
+        crate::matmul::run_tiles(pool, isa, m, xq, 0, 1, y);
+        return;
+    }
     if let Some(multi) = m.traits.multi {
         // The type's multi-activation dot with one activation: the same
         // numbers a batch gives (see [`crate::matmul`]).

@@ -98,8 +98,9 @@ impl<'a> LlamaWeights<'a> {
         );
         let token_embd = b.matrix("token_embd.weight", v, dim)?;
         let (output, tied_output) = match file.tensor_info("output.weight") {
-            Some(_) => (b.matrix("output.weight", v, dim)?, false),
-            None => (token_embd, true),
+            Some(_) => (b.weight("output.weight", v, dim)?, false),
+            // The embedding lookups read token_embd's rows as stored.
+            None => (b.tiled("token_embd.weight", token_embd)?, true),
         };
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
@@ -113,19 +114,19 @@ impl<'a> LlamaWeights<'a> {
             };
             layers.push(LayerWeights {
                 attn_norm: b.vector(&n("attn_norm.weight"), dim)?,
-                wq: b.matrix(&n("attn_q.weight"), q, dim)?,
-                wk: b.matrix(&n("attn_k.weight"), kv, dim)?,
-                wv: b.matrix(&n("attn_v.weight"), kv, dim)?,
+                wq: b.weight(&n("attn_q.weight"), q, dim)?,
+                wk: b.weight(&n("attn_k.weight"), kv, dim)?,
+                wv: b.weight(&n("attn_v.weight"), kv, dim)?,
                 bq: opt_vec(cfg.qkv_bias, "attn_q.bias", q)?,
                 bk: opt_vec(cfg.qkv_bias, "attn_k.bias", kv)?,
                 bv: opt_vec(cfg.qkv_bias, "attn_v.bias", kv)?,
                 q_norm: opt_vec(cfg.qk_norm, "attn_q_norm.weight", cfg.head_dim)?,
                 k_norm: opt_vec(cfg.qk_norm, "attn_k_norm.weight", cfg.head_dim)?,
-                wo: b.matrix(&n("attn_output.weight"), dim, q)?,
+                wo: b.weight(&n("attn_output.weight"), dim, q)?,
                 ffn_norm: b.vector(&n("ffn_norm.weight"), dim)?,
-                w_gate: b.matrix(&n("ffn_gate.weight"), ff, dim)?,
-                w_up: b.matrix(&n("ffn_up.weight"), ff, dim)?,
-                w_down: b.matrix(&n("ffn_down.weight"), dim, ff)?,
+                w_gate: b.weight(&n("ffn_gate.weight"), ff, dim)?,
+                w_up: b.weight(&n("ffn_up.weight"), ff, dim)?,
+                w_down: b.weight(&n("ffn_down.weight"), dim, ff)?,
             });
         }
         let rope_freqs = match file.tensor_info("rope_freqs.weight") {
@@ -187,6 +188,37 @@ impl<'a> Binder<'a> {
             )));
         }
         QMatrix::new(info.ty, rows, cols, data).map_err(|e| bad(e.to_string()))
+    }
+
+    /// [`Binder::matrix`] in row tiles where they pay ([`Binder::tiled`]).
+    pub(crate) fn weight(
+        &self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<QMatrix<'a>, Error> {
+        self.tiled(name, self.matrix(name, rows, cols)?)
+    }
+
+    /// `m` repacked into row tiles where they pay ([`kernels::quant::tiles`]),
+    /// its rows as stored then released from memory (they come back from
+    /// the file if read). Unchanged for types without tile kernels.
+    pub(crate) fn tiled(&self, name: &str, m: QMatrix<'a>) -> Result<QMatrix<'a>, Error> {
+        let Some(len) = m.tiles_bytes().filter(|_| kernels::quant::tiles::wanted()) else {
+            return Ok(m);
+        };
+        let mut packed = Ok(());
+        let tiles = self
+            .file
+            .keep_derived(len, |buf| packed = m.pack_tiles(buf))?;
+        let bad = |e: kernels::matvec::MatrixError| Error::Tensor {
+            name: name.to_string(),
+            problem: e.to_string(),
+        };
+        packed.map_err(bad)?;
+        let t = m.with_tiles(tiles).map_err(bad)?;
+        self.file.release(m.data());
+        Ok(t)
     }
 
     /// A vector of `len` elements as f32: borrowed if stored as F32.

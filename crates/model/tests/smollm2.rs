@@ -42,6 +42,16 @@ fn config_and_weights_bind() {
     // Zero-copy: the matrices point into the file's mapping.
     let (_, bytes) = file.tensor("blk.0.attn_q.weight").unwrap();
     assert_eq!(w.layers[0].wq.data().as_ptr(), bytes.as_ptr());
+    // Repacked into row tiles exactly where the selected kernels want them
+    // (AVX-512 here), the embedding rows left as stored.
+    let tiled = kernels::quant::tiles::wanted();
+    for l in &w.layers {
+        for m in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
+            assert_eq!(m.tiles().is_some(), tiled, "{m:?}");
+        }
+    }
+    assert_eq!(w.output.tiles().is_some(), tiled);
+    assert!(w.token_embd.tiles().is_none());
 }
 
 #[test]

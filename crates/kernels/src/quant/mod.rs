@@ -22,6 +22,7 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_k;
 pub mod q8_quads;
+pub mod tiles;
 pub mod tq1_0;
 pub mod tq2_0;
 

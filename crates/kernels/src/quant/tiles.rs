@@ -1,0 +1,313 @@
+//! Row tiles: a weight matrix repacked at load so that 16 rows sit side by
+//! side, one row per 32-bit lane of a 512-bit register.
+//!
+//! The row-wise kernels ([`crate::quant::multi`]) leave each block's integer
+//! sum spread over 4 lanes and pay a convert, a scale product and an FMA per
+//! 4 blocks of one row and one activation. Here lane `r` of a register
+//! holds 4 quants of row `r`, so one `dpbusd` against 4 bytes of an
+//! activation broadcast to every lane advances 16 rows at once, a block's
+//! sums end whole in their row's lane, and the float work is one convert,
+//! one product and one FMA per block for 16 rows. Weights are unpacked once
+//! per block for up to 8 activations. The same kernel serves decode (one
+//! activation) and prefill (many).
+//!
+//! A tile of `nb` blocks per row holds the blocks in pairs, each pair one
+//! run of whole cache lines (so a tile is one sequential stream): the two
+//! blocks' scales (`d` of the 16 rows as f16, 32 bytes each), for Q4_1 the
+//! two blocks' minimums likewise, then the two blocks' quants (`QB` bytes
+//! each). A block's quants are 4-byte groups, group `k` of all 16 rows in
+//! one 64-byte run (row `r` at `4r`). Q4_0/Q4_1 (`QB` = 256): group `k < 4`
+//! is bytes `4k..4k+4` of the row's block, so its low nibbles are elements
+//! `4k..4k+4` and its high nibbles `16+4k..`. Q8_0 (`QB` = 512): group
+//! `k < 8` is elements `4k..4k+4` plus 128, unsigned for `dpbusd`. An odd
+//! last block leaves the second of its pair zero.
+//!
+//! Rows past the matrix's last are zero. Every lane computes `acc = fma(f32(Σ (q − c)·y), d·dy, acc)` then,
+//! with a minimum, `acc = fma(m, dy·Σy, acc)`, block after block: the
+//! scalar twin does the same, so all kernels agree bit for bit, whatever
+//! the number of activations or threads.
+
+use crate::isa::Isa;
+use crate::quant::multi::{MultiBlock, Quants};
+use crate::quant::q4_0::BlockQ4_0;
+use crate::quant::q4_1::BlockQ4_1;
+use crate::quant::q8_0::{quantize_row_activation, BlockQ8_0, QK8_0};
+use bytemuck::Zeroable;
+use gguf::GgmlType;
+use half::f16;
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+/// Rows per tile: the 32-bit lanes of a 512-bit register.
+pub const TILE_ROWS: usize = 16;
+
+/// `out[16·c + r] = dot(row r of the tile, activation c)` for `n`
+/// activations prepared by [`TileDot::prepare`], the `c`-th at byte
+/// `c · stride` of `acts`; `nb` blocks per row.
+pub type TileDotFn =
+    fn(tile: &[u8], nb: usize, acts: &[u8], stride: usize, n: usize, out: &mut [f32]);
+
+/// The tile kernels of one weight type.
+pub struct TileDot {
+    /// Bytes of one tile of rows of `cols` elements.
+    pub tile_bytes: fn(cols: usize) -> usize,
+    /// Repack `rows` rows (`src`, whole blocks) into `dst`
+    /// (`tiles(rows) · tile_bytes(cols)` bytes).
+    pub pack: fn(src: &[u8], rows: usize, cols: usize, dst: &mut [u8]),
+    /// The kernel for an instruction set (scalar where the CPU lacks it).
+    pub dot_for: fn(Isa) -> TileDotFn,
+}
+
+/// The tile kernels for `ty`, where it has them.
+pub fn tile_dot(ty: GgmlType) -> Option<&'static TileDot> {
+    match ty {
+        GgmlType::Q4_0 => Some(&Q4_0),
+        GgmlType::Q4_1 => Some(&Q4_1),
+        GgmlType::Q8_0 => Some(&Q8_0),
+        _ => None,
+    }
+}
+
+/// Whether tiles pay on `isa`: only the AVX-512 kernel beats the row-wise
+/// ones (elsewhere the scalar twin would run).
+pub fn tiles_pay(isa: Isa) -> bool {
+    isa == Isa::Avx512 && isa.is_supported()
+}
+
+/// Name of the environment variable that turns row tiles off (`off` or
+/// `0`): for comparing the two layouts with one binary.
+pub const ENV_VAR: &str = "CACHEFIT_TILES";
+
+/// Whether models should repack their weights into row tiles: where tiles
+/// pay for the kernels this process selected, unless [`ENV_VAR`] says off.
+pub fn wanted() -> bool {
+    let off = std::env::var(ENV_VAR).is_ok_and(|v| matches!(v.trim(), "0" | "off"));
+    !off && tiles_pay(crate::isa::selected())
+}
+
+/// Tiles for `rows` rows.
+pub fn tiles(rows: usize) -> usize {
+    rows.div_ceil(TILE_ROWS)
+}
+
+static Q4_0: TileDot = tile_dot_of::<BlockQ4_0>();
+static Q4_1: TileDot = tile_dot_of::<BlockQ4_1>();
+static Q8_0: TileDot = tile_dot_of::<BlockQ8_0>();
+
+const fn tile_dot_of<B: TileBlock>() -> TileDot {
+    TileDot {
+        tile_bytes: tile_bytes::<B>,
+        pack: pack::<B>,
+        dot_for: dot_for::<B>,
+    }
+}
+
+/// A block type with tile kernels.
+pub(crate) trait TileBlock: MultiBlock {
+    /// Bytes of packed quants per block of 16 rows.
+    const QB: usize;
+    /// The zero point the kernels take off: quants are dotted as packed
+    /// (unsigned) and `c·Σy` is subtracted.
+    const C: i32;
+}
+
+impl TileBlock for BlockQ4_0 {
+    const QB: usize = 256;
+    const C: i32 = 8;
+}
+impl TileBlock for BlockQ4_1 {
+    const QB: usize = 256;
+    const C: i32 = 0;
+}
+impl TileBlock for BlockQ8_0 {
+    const QB: usize = 512;
+    const C: i32 = 128;
+}
+
+fn blocks(cols: usize) -> usize {
+    assert!(
+        cols.is_multiple_of(QK8_0),
+        "tiles: {cols} columns are not whole blocks"
+    );
+    cols / QK8_0
+}
+
+/// Bytes of a pair of blocks: scales (and minimums), then quants.
+pub(crate) const fn pair_bytes<B: TileBlock>() -> usize {
+    64 * head_lines::<B>() + 2 * B::QB
+}
+
+/// Cache lines of scales (and minimums) heading a pair.
+const fn head_lines<B: TileBlock>() -> usize {
+    if B::HAS_MIN {
+        2
+    } else {
+        1
+    }
+}
+
+/// Where block `b`'s quants, scales and minimums start in a tile.
+pub(crate) const fn offsets<B: TileBlock>(b: usize) -> (usize, usize, usize) {
+    let pair = (b / 2) * pair_bytes::<B>();
+    let half = b % 2;
+    (
+        pair + 64 * head_lines::<B>() + half * B::QB,
+        pair + 32 * half,
+        pair + 64 + 32 * half,
+    )
+}
+
+fn tile_bytes<B: TileBlock>(cols: usize) -> usize {
+    blocks(cols).div_ceil(2) * pair_bytes::<B>()
+}
+
+fn pack<B: TileBlock>(src: &[u8], rows: usize, cols: usize, dst: &mut [u8]) {
+    let nb = blocks(cols);
+    let tb = tile_bytes::<B>(cols);
+    let src: &[B] = bytemuck::cast_slice(src);
+    assert_eq!(src.len(), rows * nb, "tiles: source is not {rows} rows");
+    assert_eq!(dst.len(), tiles(rows) * tb, "tiles: wrong buffer size");
+    dst.fill(0);
+    for (t, tile) in dst.chunks_exact_mut(tb).enumerate() {
+        for r in 0..TILE_ROWS.min(rows - t * TILE_ROWS) {
+            let row = &src[(t * TILE_ROWS + r) * nb..][..nb];
+            for (b, x) in row.iter().enumerate() {
+                let (oq, od, om) = offsets::<B>(b);
+                let q = &mut tile[oq..oq + B::QB];
+                let qs = x.qs();
+                for k in 0..B::QB / 64 {
+                    for i in 0..4 {
+                        q[64 * k + 4 * r + i] = match B::QUANTS {
+                            Quants::Signed8 => qs[4 * k + i] ^ 0x80,
+                            _ => qs[4 * k + i],
+                        };
+                    }
+                }
+                tile[od + 2 * r..od + 2 * r + 2].copy_from_slice(&x.d().to_bits().to_le_bytes());
+                if B::HAS_MIN {
+                    tile[om + 2 * r..om + 2 * r + 2]
+                        .copy_from_slice(&x.min().to_bits().to_le_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// Bytes of one activation of `cols` elements prepared for the tiles.
+pub fn prepared_bytes(cols: usize) -> usize {
+    blocks(cols) * (QK8_0 + 12)
+}
+
+/// An activation quantized like Q8_0 (ggml-cpu's run-time quantizer), in
+/// parts: `qy` the quants, `sy` each block's Σy, `dy` its scale and `dsy`
+/// dy·Σy.
+#[derive(Clone, Copy)]
+pub(crate) struct Prepared<'a> {
+    pub qy: &'a [i8],
+    pub sy: &'a [i32],
+    pub dy: &'a [f32],
+    pub dsy: &'a [f32],
+}
+
+impl<'a> Prepared<'a> {
+    /// View `bytes` (4-aligned) as an activation of `nb` blocks.
+    pub fn new(bytes: &'a [u8], nb: usize) -> Prepared<'a> {
+        let (qy, rest) = bytes[..nb * (QK8_0 + 12)].split_at(QK8_0 * nb);
+        let (sy, rest) = rest.split_at(4 * nb);
+        let (dy, dsy) = rest.split_at(4 * nb);
+        Prepared {
+            qy: bytemuck::cast_slice(qy),
+            sy: bytemuck::cast_slice(sy),
+            dy: bytemuck::cast_slice(dy),
+            dsy: bytemuck::cast_slice(dsy),
+        }
+    }
+}
+
+/// Quantize `x` (whole blocks) into `dst` (`prepared_bytes(x.len())` bytes,
+/// 4-aligned).
+pub fn prepare(x: &[f32], dst: &mut [u8]) {
+    let nb = blocks(x.len());
+    assert_eq!(
+        dst.len(),
+        prepared_bytes(x.len()),
+        "tiles: wrong activation buffer"
+    );
+    let (qy, rest) = dst.split_at_mut(QK8_0 * nb);
+    let (sy, rest) = rest.split_at_mut(4 * nb);
+    let (dy, dsy) = rest.split_at_mut(4 * nb);
+    let sy: &mut [i32] = bytemuck::cast_slice_mut(sy);
+    let dy: &mut [f32] = bytemuck::cast_slice_mut(dy);
+    let dsy: &mut [f32] = bytemuck::cast_slice_mut(dsy);
+    let mut block = [BlockQ8_0::zeroed()];
+    for (b, xb) in x.chunks_exact(QK8_0).enumerate() {
+        quantize_row_activation(xb, &mut block);
+        let q = &block[0].qs;
+        qy[QK8_0 * b..QK8_0 * (b + 1)].copy_from_slice(bytemuck::cast_slice(q));
+        let sum: i32 = q.iter().map(|&v| v as i32).sum();
+        let d = block[0].d.to_f32();
+        sy[b] = sum;
+        dy[b] = d;
+        dsy[b] = d * sum as f32;
+    }
+}
+
+/// Scalar twin of the kernels (see the module comment for the arithmetic).
+fn dot_ref<B: TileBlock>(
+    tile: &[u8],
+    nb: usize,
+    acts: &[u8],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    let half = |i: usize| f16::from_bits(u16::from_le_bytes([tile[i], tile[i + 1]])).to_f32();
+    for c in 0..n {
+        let a = Prepared::new(&acts[c * stride..], nb);
+        for r in 0..TILE_ROWS {
+            let mut acc = 0.0f32;
+            for b in 0..nb {
+                let (oq, od, om) = offsets::<B>(b);
+                let q = &tile[oq..oq + B::QB];
+                let y = &a.qy[QK8_0 * b..];
+                let mut isum = -B::C * a.sy[b];
+                for k in 0..B::QB / 64 {
+                    for i in 0..4 {
+                        let w = q[64 * k + 4 * r + i] as i32;
+                        isum += match B::QUANTS {
+                            Quants::Signed8 => w * y[4 * k + i] as i32,
+                            _ => {
+                                (w & 15) * y[4 * k + i] as i32 + (w >> 4) * y[16 + 4 * k + i] as i32
+                            }
+                        };
+                    }
+                }
+                acc = (isum as f32).mul_add(half(od + 2 * r) * a.dy[b], acc);
+                if B::HAS_MIN {
+                    acc = half(om + 2 * r).mul_add(a.dsy[b], acc);
+                }
+            }
+            out[TILE_ROWS * c + r] = acc;
+        }
+    }
+}
+
+fn dot_for<B: TileBlock>(isa: Isa) -> TileDotFn {
+    // SAFETY: the dispatch invariant (see `crate::isa`): a kernel compiled
+    // with `#[target_feature]` is handed out only for an `isa` this CPU
+    // supports.
+    if !isa.is_supported() {
+        return dot_ref::<B>;
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => |tile, nb, acts, stride, n, out| unsafe {
+            x86::dot_avx512::<B>(tile, nb, acts, stride, n, out)
+        },
+        _ => dot_ref::<B>,
+    }
+}
+
+#[cfg(test)]
+mod tests;

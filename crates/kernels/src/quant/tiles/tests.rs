@@ -1,0 +1,152 @@
+use super::*;
+use crate::quant::testing::{rng, weights};
+use crate::traits::traits;
+
+const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+
+/// A random `rows × cols` matrix of `ty` as stored.
+fn matrix(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let tr = traits(ty).unwrap();
+    let rb = tr.row_bytes(cols);
+    let mut data = vec![0u8; rows * rb];
+    let mut r = rng(seed);
+    for row in data.chunks_exact_mut(rb) {
+        (tr.from_float)(&weights(&mut r, cols), row);
+    }
+    data
+}
+
+fn packed(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Vec<u32> {
+    let td = tile_dot(ty).unwrap();
+    let tb = (td.tile_bytes)(cols);
+    let mut buf = vec![0u32; tiles(rows) * tb / 4];
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut buf);
+    bytes.fill(0xAA); // stale contents must not leak through
+    (td.pack)(data, rows, cols, bytes);
+    buf
+}
+
+/// `n` prepared activations, `stride` bytes apart, and the same as Q8_0
+/// blocks for the reference dots.
+fn activations(n: usize, cols: usize, seed: u64) -> (Vec<u32>, usize, Vec<Vec<u8>>) {
+    let stride = prepared_bytes(cols).div_ceil(64) * 64;
+    let mut buf = vec![0u32; n * stride / 4];
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut buf);
+    let mut q8 = vec![];
+    let mut r = rng(seed);
+    for c in 0..n {
+        let x = weights(&mut r, cols);
+        prepare(
+            &x,
+            &mut bytes[c * stride..c * stride + prepared_bytes(cols)],
+        );
+        let mut blocks = vec![BlockQ8_0::zeroed(); cols / QK8_0];
+        quantize_row_activation(&x, &mut blocks);
+        q8.push(bytemuck::cast_slice(&blocks).to_vec());
+    }
+    (buf, stride, q8)
+}
+
+/// Shapes with partial tiles, one to many blocks and every group size.
+const SHAPES: [(usize, usize, usize); 7] = [
+    (1, 1, 1),
+    (16, 2, 3),
+    (17, 3, 8),
+    (15, 5, 9),
+    (40, 1, 13),
+    (33, 18, 7),
+    (3, 4, 2),
+];
+
+/// The scalar twin against the type's reference dot, row by row.
+#[test]
+fn scalar_twin_matches_the_reference_dot() {
+    for ty in TYPES {
+        let tr = traits(ty).unwrap();
+        for (i, &(rows, nb, n)) in SHAPES.iter().enumerate() {
+            let cols = nb * QK8_0;
+            let data = matrix(ty, rows, cols, i as u64);
+            let tiles_buf = packed(ty, &data, rows, cols);
+            let tb = (tile_dot(ty).unwrap().tile_bytes)(cols);
+            let (acts, stride, q8) = activations(n, cols, 50 + i as u64);
+            let acts: &[u8] = bytemuck::cast_slice(&acts);
+            let mut w = vec![0.0; cols];
+            let mut y = vec![0.0; cols];
+            for t in 0..tiles(rows) {
+                let tile = &bytemuck::cast_slice(&tiles_buf)[t * tb..(t + 1) * tb];
+                let mut out = vec![f32::NAN; TILE_ROWS * n];
+                (tile_dot(ty).unwrap().dot_for)(Isa::Scalar)(tile, nb, acts, stride, n, &mut out);
+                for c in 0..n {
+                    for r in 0..TILE_ROWS {
+                        let got = out[TILE_ROWS * c + r];
+                        let row = t * TILE_ROWS + r;
+                        if row >= rows {
+                            assert_eq!(got, 0.0, "{ty:?} padding row {row}");
+                            continue;
+                        }
+                        let rb = tr.row_bytes(cols);
+                        let wr = &data[row * rb..(row + 1) * rb];
+                        let want = (tr.vec_dot_ref)(wr, &q8[c]);
+                        // Scale of the sum: Σ|w·y| over the dequantized values.
+                        (tr.to_float)(wr, &mut w);
+                        (traits(GgmlType::Q8_0).unwrap().to_float)(&q8[c], &mut y);
+                        let mag: f32 = w.iter().zip(&y).map(|(a, b)| (a * b).abs()).sum();
+                        assert!(
+                            (got - want).abs() <= 1e-5 * mag + 1e-6,
+                            "{ty:?} rows {rows} blocks {nb} row {row} act {c}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every kernel equals the scalar twin bit for bit.
+#[test]
+fn kernels_equal_the_scalar_twin() {
+    for ty in TYPES {
+        let td = tile_dot(ty).unwrap();
+        for (i, &(rows, nb, n)) in SHAPES.iter().enumerate() {
+            let cols = nb * QK8_0;
+            let data = matrix(ty, rows, cols, 10 + i as u64);
+            let tiles_buf = packed(ty, &data, rows, cols);
+            let tb = (td.tile_bytes)(cols);
+            let (acts, stride, _) = activations(n, cols, 70 + i as u64);
+            let acts: &[u8] = bytemuck::cast_slice(&acts);
+            for t in 0..tiles(rows) {
+                let tile = &bytemuck::cast_slice(&tiles_buf)[t * tb..(t + 1) * tb];
+                let mut want = vec![f32::NAN; TILE_ROWS * n];
+                (td.dot_for)(Isa::Scalar)(tile, nb, acts, stride, n, &mut want);
+                for isa in Isa::supported() {
+                    let mut got = vec![f32::NAN; TILE_ROWS * n];
+                    (td.dot_for)(isa)(tile, nb, acts, stride, n, &mut got);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "{ty:?} {isa:?} rows {rows} blocks {nb} n {n} tile {t}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn prepared_parts_match_q8_0() {
+    let cols = 5 * QK8_0;
+    let (acts, stride, q8) = activations(2, cols, 3);
+    let acts: &[u8] = bytemuck::cast_slice(&acts);
+    for (c, q) in q8.iter().enumerate() {
+        let a = Prepared::new(&acts[c * stride..], 5);
+        let blocks: &[BlockQ8_0] = bytemuck::cast_slice(q);
+        for (b, x) in blocks.iter().enumerate() {
+            assert_eq!(&a.qy[32 * b..32 * (b + 1)], &x.qs[..]);
+            let sum: i32 = x.qs.iter().map(|&v| v as i32).sum();
+            assert_eq!(a.sy[b], sum);
+            assert_eq!(a.dy[b], x.d.to_f32());
+            assert_eq!(a.dsy[b], x.d.to_f32() * sum as f32);
+        }
+    }
+}

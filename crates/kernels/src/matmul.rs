@@ -484,7 +484,13 @@ mod tests {
     #[test]
     fn tiled_batch_equals_matvecs() {
         let pools: Vec<ThreadPool> = (1..=3).map(ThreadPool::new).collect();
-        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+        ] {
             for (i, &(rows, blocks, n)) in
                 [(1, 1, 1), (17, 3, 2), (70, 2, 9), (33, 18, 20), (16, 4, 1)]
                     .iter()

@@ -19,7 +19,11 @@
 //! one 64-byte run (row `r` at `4r`). Q4_0/Q4_1 (`QB` = 256): group `k < 4`
 //! is bytes `4k..4k+4` of the row's block, so its low nibbles are elements
 //! `4k..4k+4` and its high nibbles `16+4k..`. Q8_0 (`QB` = 512): group
-//! `k < 8` is elements `4k..4k+4` plus 128, unsigned for `dpbusd`. An odd
+//! `k < 8` is elements `4k..4k+4` plus 128, unsigned for `dpbusd`.
+//! Q5_0/Q5_1 (`QB` = 320) are the 4-bit layout followed by the fifth bits
+//! as eight 64-bit byte masks, low then high nibbles of group 0, then of
+//! group 1, …: bit `4r + i` is the fifth bit of the byte of row `r` that
+//! the nibble holds (so a masked byte add of 16 completes it). An odd
 //! last block leaves the second of its pair zero.
 //!
 //! Rows past the matrix's last are zero. Every lane computes `acc = fma(f32(Σ (q − c)·y), d·dy, acc)` then,
@@ -31,6 +35,8 @@ use crate::isa::Isa;
 use crate::quant::multi::{MultiBlock, Quants};
 use crate::quant::q4_0::BlockQ4_0;
 use crate::quant::q4_1::BlockQ4_1;
+use crate::quant::q5_0::BlockQ5_0;
+use crate::quant::q5_1::BlockQ5_1;
 use crate::quant::q8_0::{quantize_row_activation, BlockQ8_0, QK8_0};
 use bytemuck::Zeroable;
 use gguf::GgmlType;
@@ -64,6 +70,8 @@ pub fn tile_dot(ty: GgmlType) -> Option<&'static TileDot> {
     match ty {
         GgmlType::Q4_0 => Some(&Q4_0),
         GgmlType::Q4_1 => Some(&Q4_1),
+        GgmlType::Q5_0 => Some(&Q5_0),
+        GgmlType::Q5_1 => Some(&Q5_1),
         GgmlType::Q8_0 => Some(&Q8_0),
         _ => None,
     }
@@ -93,6 +101,8 @@ pub fn tiles(rows: usize) -> usize {
 
 static Q4_0: TileDot = tile_dot_of::<BlockQ4_0>();
 static Q4_1: TileDot = tile_dot_of::<BlockQ4_1>();
+static Q5_0: TileDot = tile_dot_of::<BlockQ5_0>();
+static Q5_1: TileDot = tile_dot_of::<BlockQ5_1>();
 static Q8_0: TileDot = tile_dot_of::<BlockQ8_0>();
 
 const fn tile_dot_of<B: TileBlock>() -> TileDot {
@@ -120,6 +130,14 @@ impl TileBlock for BlockQ4_1 {
     const QB: usize = 256;
     const C: i32 = 0;
 }
+impl TileBlock for BlockQ5_0 {
+    const QB: usize = 320;
+    const C: i32 = 16;
+}
+impl TileBlock for BlockQ5_1 {
+    const QB: usize = 320;
+    const C: i32 = 0;
+}
 impl TileBlock for BlockQ8_0 {
     const QB: usize = 512;
     const C: i32 = 128;
@@ -131,6 +149,14 @@ fn blocks(cols: usize) -> usize {
         "tiles: {cols} columns are not whole blocks"
     );
     cols / QK8_0
+}
+
+/// 64-byte groups of 4 quants per row in a block.
+const fn groups<B: TileBlock>() -> usize {
+    match B::QUANTS {
+        Quants::Signed8 => 8,
+        _ => 4,
+    }
 }
 
 /// Bytes of a pair of blocks: scales (and minimums), then quants.
@@ -176,12 +202,22 @@ fn pack<B: TileBlock>(src: &[u8], rows: usize, cols: usize, dst: &mut [u8]) {
                 let (oq, od, om) = offsets::<B>(b);
                 let q = &mut tile[oq..oq + B::QB];
                 let qs = x.qs();
-                for k in 0..B::QB / 64 {
+                for k in 0..groups::<B>() {
                     for i in 0..4 {
                         q[64 * k + 4 * r + i] = match B::QUANTS {
                             Quants::Signed8 => qs[4 * k + i] ^ 0x80,
                             _ => qs[4 * k + i],
                         };
+                        if B::QUANTS == Quants::Nibbles5 {
+                            let h = x.qh();
+                            for (half, bit) in [(0, 4 * k + i), (1, 16 + 4 * k + i)] {
+                                let at = 256 + 8 * (2 * k + half);
+                                let mut mask =
+                                    u64::from_le_bytes(q[at..at + 8].try_into().unwrap());
+                                mask |= (((h >> bit) & 1) as u64) << (4 * r + i);
+                                q[at..at + 8].copy_from_slice(&mask.to_le_bytes());
+                            }
+                        }
                     }
                 }
                 tile[od + 2 * r..od + 2 * r + 2].copy_from_slice(&x.d().to_bits().to_le_bytes());
@@ -272,13 +308,24 @@ fn dot_ref<B: TileBlock>(
                 let q = &tile[oq..oq + B::QB];
                 let y = &a.qy[QK8_0 * b..];
                 let mut isum = -B::C * a.sy[b];
-                for k in 0..B::QB / 64 {
+                // The fifth bit (16) of the byte in half `h` of group `k`.
+                let fifth = |k: usize, h: usize, i: usize| -> i32 {
+                    if B::QUANTS != Quants::Nibbles5 {
+                        return 0;
+                    }
+                    let at = 256 + 8 * (2 * k + h);
+                    let mask = u64::from_le_bytes(q[at..at + 8].try_into().unwrap());
+                    ((mask >> (4 * r + i)) & 1) as i32 * 16
+                };
+                for k in 0..groups::<B>() {
                     for i in 0..4 {
                         let w = q[64 * k + 4 * r + i] as i32;
                         isum += match B::QUANTS {
                             Quants::Signed8 => w * y[4 * k + i] as i32,
                             _ => {
-                                (w & 15) * y[4 * k + i] as i32 + (w >> 4) * y[16 + 4 * k + i] as i32
+                                let lo = (w & 15) + fifth(k, 0, i);
+                                let hi = (w >> 4) + fifth(k, 1, i);
+                                lo * y[4 * k + i] as i32 + hi * y[16 + 4 * k + i] as i32
                             }
                         };
                     }

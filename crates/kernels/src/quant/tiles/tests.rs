@@ -2,7 +2,13 @@ use super::*;
 use crate::quant::testing::{rng, weights};
 use crate::traits::traits;
 
-const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+const TYPES: [GgmlType; 5] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+];
 
 /// A random `rows × cols` matrix of `ty` as stored.
 fn matrix(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {

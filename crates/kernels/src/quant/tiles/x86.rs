@@ -88,7 +88,7 @@ unsafe fn group<B: TileBlock, const N: usize>(
             _mm512_setzero_ps()
         };
         match B::QUANTS {
-            Quants::Nibbles => {
+            Quants::Nibbles | Quants::Nibbles5 => {
                 let w = [
                     _mm512_loadu_si512(q.cast()),
                     _mm512_loadu_si512(q.add(64).cast()),
@@ -107,6 +107,28 @@ unsafe fn group<B: TileBlock, const N: usize>(
                     _mm512_and_si512(_mm512_srli_epi16(w[2], 4), low),
                     _mm512_and_si512(_mm512_srli_epi16(w[3], 4), low),
                 ];
+                let (lo, hi) = if B::QUANTS == Quants::Nibbles5 {
+                    // The fifth bits: a byte mask per half of each group.
+                    let sixteen = _mm512_set1_epi8(16);
+                    let mask =
+                        |j: usize| core::ptr::read_unaligned(q.add(256 + 8 * j).cast::<u64>());
+                    (
+                        [
+                            _mm512_mask_add_epi8(lo[0], mask(0), lo[0], sixteen),
+                            _mm512_mask_add_epi8(lo[1], mask(2), lo[1], sixteen),
+                            _mm512_mask_add_epi8(lo[2], mask(4), lo[2], sixteen),
+                            _mm512_mask_add_epi8(lo[3], mask(6), lo[3], sixteen),
+                        ],
+                        [
+                            _mm512_mask_add_epi8(hi[0], mask(1), hi[0], sixteen),
+                            _mm512_mask_add_epi8(hi[1], mask(3), hi[1], sixteen),
+                            _mm512_mask_add_epi8(hi[2], mask(5), hi[2], sixteen),
+                            _mm512_mask_add_epi8(hi[3], mask(7), hi[3], sixteen),
+                        ],
+                    )
+                } else {
+                    (lo, hi)
+                };
                 for (a, acc) in acts.iter().zip(acc.iter_mut()) {
                     let y = a.qy.as_ptr().add(QK8_0 * b);
                     // Two chains, so the dpbusd latencies overlap.
@@ -159,7 +181,6 @@ unsafe fn group<B: TileBlock, const N: usize>(
                     }
                 }
             }
-            Quants::Nibbles5 => unreachable!("no 5-bit tiles"),
         }
     }
     acc

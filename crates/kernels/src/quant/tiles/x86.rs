@@ -185,3 +185,156 @@ unsafe fn group<B: TileBlock, const N: usize>(
     }
     acc
 }
+
+/// [`super::TileDotFn`] on AVX2: each tile as two halves of 8 rows (one per
+/// 32-bit lane of a 256-bit register), the activations in groups of up to
+/// 4 (what leaves the accumulators and sums in 16 registers). `maddubs`
+/// stands in for `dpbusd`: nibble pairs stay far inside i16, and Q8_0 goes
+/// through the sign trick on its signed quants (so its zero point is 0
+/// here; the integer sums are the same either way).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_avx2<B: TileBlock>(
+    tile: &[u8],
+    nb: usize,
+    acts: &[u8],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    assert!(
+        tile.len() >= nb.div_ceil(2) * super::pair_bytes::<B>(),
+        "tiles: tile too short"
+    );
+    assert!(out.len() >= TILE_ROWS * n, "tiles: output too short");
+    let mut c = 0;
+    while c < n {
+        macro_rules! run {
+            ($size:literal) => {{
+                let a: [Prepared<'_>; $size] =
+                    core::array::from_fn(|k| Prepared::new(&acts[(c + k) * stride..], nb));
+                for half in 0..2 {
+                    // SAFETY: the tile holds nb blocks (asserted above) and
+                    // each view nb blocks of every part (Prepared::new).
+                    let acc = unsafe { half_group::<B, $size>(tile.as_ptr(), nb, half, a) };
+                    for (k, v) in acc.iter().enumerate() {
+                        let at = TILE_ROWS * (c + k) + 8 * half;
+                        let o = &mut out[at..at + 8];
+                        // SAFETY: o is 8 floats long.
+                        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *v) };
+                    }
+                }
+                $size
+            }};
+        }
+        c += match n - c {
+            4.. => run!(4),
+            3 => run!(3),
+            2 => run!(2),
+            _ => run!(1),
+        };
+    }
+}
+
+/// Rows `8·half..8·half + 8` of a tile against `N` activations.
+///
+/// # Safety
+/// As [`group`], on AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn half_group<B: TileBlock, const N: usize>(
+    tile: *const u8,
+    nb: usize,
+    half: usize,
+    acts: [Prepared<'_>; N],
+) -> [__m256; N] {
+    use crate::quant::q8_0::x86::bytes_from_bits_32;
+    let mut acc = [_mm256_setzero_ps(); N];
+    let low = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi16(1);
+    let sixteen = _mm256_set1_epi8(16);
+    macro_rules! bcast {
+        ($y:expr, $off:expr) => {
+            _mm256_set1_epi32(core::ptr::read_unaligned($y.add($off).cast::<i32>()))
+        };
+    }
+    for b in 0..nb {
+        let (oq, od, om) = offsets::<B>(b);
+        // This half's 8 rows: 32 bytes into each 64-byte group, 16 into
+        // the scales.
+        let q = tile.add(oq + 32 * half);
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(tile.add(od + 16 * half).cast()));
+        let m = if B::HAS_MIN {
+            _mm256_cvtph_ps(_mm_loadu_si128(tile.add(om + 16 * half).cast()))
+        } else {
+            _mm256_setzero_ps()
+        };
+        let mut s = [_mm256_setzero_si256(); N];
+        match B::QUANTS {
+            Quants::Nibbles | Quants::Nibbles5 => {
+                for k in 0..4 {
+                    let w = _mm256_loadu_si256(q.add(64 * k).cast());
+                    let mut lo = _mm256_and_si256(w, low);
+                    let mut hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
+                    if B::QUANTS == Quants::Nibbles5 {
+                        // This half's 32 bits of each fifth-bit mask.
+                        let mask = |j: usize| {
+                            core::ptr::read_unaligned(
+                                q.add(256 - 32 * half + 8 * j + 4 * half).cast::<u32>(),
+                            )
+                        };
+                        lo = _mm256_add_epi8(
+                            lo,
+                            _mm256_and_si256(bytes_from_bits_32(mask(2 * k)), sixteen),
+                        );
+                        hi = _mm256_add_epi8(
+                            hi,
+                            _mm256_and_si256(bytes_from_bits_32(mask(2 * k + 1)), sixteen),
+                        );
+                    }
+                    for (a, s) in acts.iter().zip(s.iter_mut()) {
+                        let y = a.qy.as_ptr().add(QK8_0 * b);
+                        // Each pair ≤ 2·31·127, two of them ≤ 15748: i16.
+                        let p = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(lo, bcast!(y, 4 * k)),
+                            _mm256_maddubs_epi16(hi, bcast!(y, 16 + 4 * k)),
+                        );
+                        *s = _mm256_add_epi32(*s, _mm256_madd_epi16(p, ones));
+                    }
+                }
+            }
+            Quants::Signed8 => {
+                let flip = _mm256_set1_epi8(-128);
+                for k in 0..8 {
+                    // Back to the signed quants, then |w| against sign(y, w).
+                    let w = _mm256_xor_si256(_mm256_loadu_si256(q.add(64 * k).cast()), flip);
+                    let aw = _mm256_abs_epi8(w);
+                    for (a, s) in acts.iter().zip(s.iter_mut()) {
+                        let y = a.qy.as_ptr().add(QK8_0 * b);
+                        let sy = _mm256_sign_epi8(bcast!(y, 4 * k), w);
+                        *s = _mm256_add_epi32(
+                            *s,
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), ones),
+                        );
+                    }
+                }
+            }
+        }
+        for ((a, s), acc) in acts.iter().zip(s.iter()).zip(acc.iter_mut()) {
+            // Q8_0's quants were dotted signed: no zero point here.
+            let c = if B::QUANTS == Quants::Signed8 {
+                0
+            } else {
+                B::C
+            };
+            let s = _mm256_add_epi32(*s, _mm256_set1_epi32(-c * *a.sy.get_unchecked(b)));
+            let dd = _mm256_mul_ps(d, _mm256_set1_ps(*a.dy.get_unchecked(b)));
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dd, *acc);
+            if B::HAS_MIN {
+                *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(*a.dsy.get_unchecked(b)), *acc);
+            }
+        }
+    }
+    acc
+}

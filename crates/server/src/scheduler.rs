@@ -35,7 +35,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use engine::{Sampler, SamplerConfig, StopConditions, StopMatcher};
 use model::Token;
@@ -147,7 +147,16 @@ struct Active {
     /// prompt is still being read).
     next: Option<u32>,
     first_token_at: Option<Instant>,
+    /// Text not yet sent ([`send_text`]) and when text last went out.
+    pending: String,
+    sent_at: Option<Instant>,
 }
+
+/// Text generated within this long of the last send waits for the next one
+/// (or the end): a model at thousands of tokens per second would otherwise
+/// wake the client's connection once per token, which on a small machine
+/// takes the cores the forward pass needs. Invisible at human speed.
+const STREAM_COALESCE: Duration = Duration::from_millis(2);
 
 struct Slot {
     /// Tokens whose K/V the slot's cache holds, at positions `0..len`.
@@ -287,8 +296,9 @@ impl<B: Backend> Engine<B> {
                 self.metrics.first_token(a.job.queued_at.elapsed());
             }
             if let Some(finish) = ended {
-                let a = slot.active.take().expect("still on its slot");
+                let mut a = slot.active.take().expect("still on its slot");
                 self.metrics.finish_job(a.job.queued_at.elapsed());
+                send_pending(&mut a);
                 let _ = a.job.events.send(Event::Done(finish));
             }
         }
@@ -423,6 +433,8 @@ impl<B: Backend> Engine<B> {
             generated: 0,
             next: None,
             first_token_at: None,
+            pending: String::new(),
+            sent_at: None,
             job,
         });
     }
@@ -533,9 +545,23 @@ fn flush(a: &mut Active, shown: &mut String) {
     }
 }
 
-fn send_text(a: &Active, text: String) {
-    if !text.is_empty() {
-        let _ = a.job.events.send(Event::Text(text));
+/// Queue `text` for the client; send what is queued unless text went out
+/// less than [`STREAM_COALESCE`] ago (the first text goes at once).
+fn send_text(a: &mut Active, text: String) {
+    a.pending.push_str(&text);
+    if a.sent_at.is_none_or(|t| t.elapsed() >= STREAM_COALESCE) {
+        send_pending(a);
+    }
+}
+
+/// Send the queued text, if any.
+fn send_pending(a: &mut Active) {
+    if !a.pending.is_empty() {
+        let _ = a
+            .job
+            .events
+            .send(Event::Text(std::mem::take(&mut a.pending)));
+        a.sent_at = Some(Instant::now());
     }
 }
 

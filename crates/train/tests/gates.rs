@@ -1,8 +1,9 @@
 //! The gates of issue 5 on the shipped model (`models/`), as a test:
 //! rebuild the validation split with the pipeline's first stages, then
 //! compare the int8 runtime with the float reference. About a minute, so
-//! ignored by default; CI runs it in its own step
-//! (`cargo test -p cachefit-train --test gates -- --ignored`).
+//! ignored by default; CI runs it in its own step (scripts/test.sh:
+//! `cargo test --workspace -- --ignored --exact
+//! shipped_model_passes_the_gates_and_matches_docs_gates_json`).
 //! It also checks that `docs/gates.json` is what this code measures now.
 
 use train::data::{self, DataConfig};

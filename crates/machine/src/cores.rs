@@ -76,11 +76,21 @@ fn sched_affinity() -> Option<Vec<usize>> {
 /// benchmark's thread keeps its caches. Linux only; elsewhere an
 /// `Unsupported` error.
 pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
+    set_thread_affinity(&[cpu])
+}
+
+/// Let the calling thread run only on `cpus` (`sched_setaffinity`);
+/// threads it starts afterwards inherit that. Linux only; elsewhere an
+/// `Unsupported` error. The OS refuses a set with no CPU this process may
+/// use.
+pub fn set_thread_affinity(cpus: &[usize]) -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     {
-        let words = cpu / 64 + 1;
-        let mut mask = vec![0u64; words.max(16)];
-        mask[cpu / 64] |= 1 << (cpu % 64);
+        let top = cpus.iter().max().copied().unwrap_or(0);
+        let mut mask = vec![0u64; (top / 64 + 1).max(16)];
+        for &cpu in cpus {
+            mask[cpu / 64] |= 1 << (cpu % 64);
+        }
         // SAFETY: the kernel reads `mask.len() * 8` bytes from `mask`, which
         // is that long; pid 0 is this thread.
         let r = unsafe {
@@ -94,10 +104,10 @@ pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = cpu;
+        let _ = cpus;
         Err(std::io::Error::new(
             std::io::ErrorKind::Unsupported,
-            "thread pinning is implemented for Linux only",
+            "setting CPU affinity is implemented for Linux only",
         ))
     }
 }

@@ -26,6 +26,29 @@ pub fn parse_cpulist(s: &str) -> Option<Vec<usize>> {
     Some(cpus)
 }
 
+/// The CPUs set in a hexadecimal mask like llama.cpp's `--cpu-mask`
+/// (`"0x5"` or `"5"`: CPUs 0 and 2; bit i of the number is CPU i, any
+/// length). `None` if it is empty or not hexadecimal; a mask of zeros is
+/// the empty set.
+pub fn parse_cpu_mask(s: &str) -> Option<Vec<usize>> {
+    // Four CPUs a digit: 2^18 CPUs at most, far beyond any machine.
+    const MAX_DIGITS: usize = 1 << 16;
+    let s = s.trim();
+    let hex = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .unwrap_or(s);
+    if hex.is_empty() || hex.len() > MAX_DIGITS {
+        return None;
+    }
+    let mut cpus = Vec::new();
+    for (i, c) in hex.chars().rev().enumerate() {
+        let d = c.to_digit(16)?;
+        cpus.extend((0..4).filter(|b| d >> b & 1 == 1).map(|b| 4 * i + b));
+    }
+    Some(cpus)
+}
+
 /// The compact list form of `cpus` (`[0, 1, 2, 3, 8]` → `"0-3,8"`); the
 /// input need not be sorted. The empty set is `""`.
 pub fn format_cpulist(cpus: &[usize]) -> String {
@@ -53,6 +76,18 @@ pub fn format_cpulist(cpus: &[usize]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_masks() {
+        assert_eq!(parse_cpu_mask("0x5"), Some(vec![0, 2]));
+        assert_eq!(parse_cpu_mask("F0"), Some(vec![4, 5, 6, 7]));
+        assert_eq!(parse_cpu_mask("0X10000000000000001"), Some(vec![0, 64]));
+        assert_eq!(parse_cpu_mask(" 0x0 "), Some(vec![]));
+        assert_eq!(parse_cpu_mask("0xg"), None);
+        assert_eq!(parse_cpu_mask("0x"), None);
+        assert_eq!(parse_cpu_mask(""), None);
+        assert_eq!(parse_cpu_mask("-1"), None);
+    }
 
     #[test]
     fn lists_ranges_and_singles() {

@@ -17,9 +17,11 @@ pub mod cpulist;
 
 pub use caches::{parse_cache_size, Cache, CacheKind, Caches};
 pub use cgroup::{cpu_quota, CpuQuota};
-pub use cores::{allowed_cpus, default_threads, pin_current_thread, Cores, ThreadChoice};
+pub use cores::{
+    allowed_cpus, default_threads, pin_current_thread, set_thread_affinity, Cores, ThreadChoice,
+};
 pub use cpu::CpuInfo;
-pub use cpulist::{format_cpulist, parse_cpulist};
+pub use cpulist::{format_cpulist, parse_cpu_mask, parse_cpulist};
 
 /// One look at the machine.
 #[derive(Clone, Debug, PartialEq)]

@@ -44,7 +44,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(commands::bench::rewrite_args(std::env::args_os()));
+    let cli = Cli::parse_from(commands::rewrite_args(std::env::args_os()));
     let result = match cli.command {
         Command::Bench(a) => commands::bench::run(a),
         Command::Chat(a) => commands::chat::run(a),

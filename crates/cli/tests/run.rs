@@ -33,6 +33,74 @@ fn greedy_continuation_streams_and_reports_timings() {
 }
 
 #[test]
+fn threads_batch_reads_the_prompt_on_its_own_pool() {
+    let Some(m) = model() else { return };
+    // A prompt of several tokens, so it goes through the batch pool.
+    let p = "The capital of France is";
+    let run = |args: &[&str]| {
+        let mut all = vec!["run", "-m", &m, "-p", p, "-n", "8", "--json"];
+        all.extend_from_slice(args);
+        let (ok, out, err) = cachefit(&all);
+        assert!(ok, "{args:?}: {err}");
+        (
+            serde_json::from_str::<serde_json::Value>(&out).unwrap(),
+            err,
+        )
+    };
+    let (plain, err) = run(&["-t", "1"]);
+    assert_eq!(plain["threads_batch"], 1, "{plain}");
+    assert!(!err.contains("for prompts"), "{err}");
+    // llama.cpp's spelling and ours; the kernels give the same bits on
+    // any thread count, so the same tokens.
+    for tb in [["-tb", "2"], ["--threads-batch", "2"]] {
+        let (v, err) = run(&["-t", "1", tb[0], tb[1]]);
+        assert!(
+            err.contains("1 thread (set with -t), 2 for prompts"),
+            "{err}"
+        );
+        assert_eq!(
+            (v["threads"].clone(), v["threads_batch"].clone()),
+            (1.into(), 2.into())
+        );
+        assert_eq!(v["text"], plain["text"]);
+    }
+    let (v, err) = run(&["-t", "2", "-tb=1"]);
+    assert!(
+        err.contains("2 threads (set with -t), 1 for prompts"),
+        "{err}"
+    );
+    assert_eq!(v["text"], plain["text"]);
+}
+
+#[test]
+fn cpu_mask_and_range_choose_the_cpus_and_the_default_threads() {
+    let Some(m) = model() else { return };
+    let first = machine::allowed_cpus()[0];
+    let masks = [
+        vec!["-C".to_string(), format!("0x{:x}", 1u128 << first.min(127))],
+        vec!["--cpu-range".to_string(), first.to_string()],
+    ];
+    for mask in &masks {
+        if first >= 127 {
+            break; // the hex mask above cannot name it
+        }
+        let mut args = vec!["run", "-m", &m, "-p", "Hi", "-n", "2", "--json"];
+        args.extend(mask.iter().map(String::as_str));
+        let (ok, out, err) = cachefit(&args);
+        assert!(ok, "{mask:?}: {err}");
+        // One CPU allowed, so one thread by default, and the log says why.
+        assert!(
+            err.contains(&format!(
+                "1 thread (1 physical core available (affinity {first}"
+            )),
+            "{err}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["threads"], 1, "{v}");
+    }
+}
+
+#[test]
 fn json_and_prompt_file() {
     let Some(m) = model() else { return };
     let dir = tempfile::tempdir().unwrap();
@@ -197,6 +265,27 @@ fn clear_errors() {
     fails(
         &["run", "-m", &m, "-p", "x", "-t", "0"],
         "-t must be at least 1",
+    );
+    fails(
+        &["run", "-m", &m, "-p", "x", "-tb", "0"],
+        "--threads-batch must be at least 1",
+    );
+    fails(
+        &["run", "-m", &m, "-p", "x", "-C", "0x0"],
+        "-C 0x0 selects no CPU",
+    );
+    fails(
+        &["run", "-m", &m, "-p", "x", "-C", "0xq"],
+        "not a hexadecimal CPU mask",
+    );
+    fails(
+        &["run", "-m", &m, "-p", "x", "--cpu-range", "3-1"],
+        "not a CPU list",
+    );
+    let far = format!("0x1{}", "0".repeat(300)); // CPU 1200
+    fails(
+        &["run", "-m", &m, "-p", "x", "-C", &far],
+        "selects CPU 1200, which this process may not use",
     );
     fails(&["run", "-m", &m, "-p", "x", "--temp", "-1"], "--temp");
     fails(&["run", "-m", &m, "-p", "x", "--top-p", "1.5"], "--top-p");

@@ -18,6 +18,8 @@ struct Server {
     child: Child,
     addr: String,
     stderr: mpsc::Receiver<String>,
+    /// What it logged before it listened.
+    start_log: String,
 }
 
 impl Server {
@@ -56,6 +58,7 @@ impl Server {
                             child,
                             addr: addr.trim().to_string(),
                             stderr: rx,
+                            start_log: log,
                         };
                     }
                     log.push_str(&line);
@@ -198,6 +201,10 @@ fn health_errors_auth_and_greedy_parity_with_run() {
             "2",
             "--max-body",
             "4096",
+            // Prompts on a second pool of 2 threads, decode on 1: the
+            // greedy parity with `run -t 1` below holds across pools.
+            "-tb",
+            "2",
         ],
     );
 
@@ -299,6 +306,11 @@ fn health_errors_auth_and_greedy_parity_with_run() {
     );
 
     server.signal("-TERM");
+    let start_log = server.start_log.clone();
+    assert!(
+        start_log.contains("1 thread (set with -t), 2 for prompts"),
+        "{start_log}"
+    );
     let (status, log) = server.wait(Duration::from_secs(20));
     assert!(status.success(), "{status:?}\n{log}");
     assert!(log.contains("SIGTERM"), "{log}");

@@ -1,6 +1,8 @@
 //! The real [`Backend`]: the model's multi-sequence forward pass
 //! ([`model::forward_tokens`]) over one [`State`] holding a KV cache per
-//! slot, on the engine thread's own kernel thread pool.
+//! slot, on the engine thread's own kernel thread pools (one for
+//! decode-only steps, and one for steps that read prompts when
+//! `--threads-batch` asks for another thread count).
 
 use kernels::pool::ThreadPool;
 use model::{forward_tokens, ModelConfig, State, Token, Weights};
@@ -13,6 +15,7 @@ pub struct ModelBackend<'a> {
     weights: Weights<'a>,
     state: State,
     pool: ThreadPool,
+    batch_pool: Option<ThreadPool>,
     vocab: &'a Vocab,
 }
 
@@ -22,6 +25,7 @@ impl<'a> ModelBackend<'a> {
         weights: Weights<'a>,
         state: State,
         pool: ThreadPool,
+        batch_pool: Option<ThreadPool>,
         vocab: &'a Vocab,
     ) -> ModelBackend<'a> {
         ModelBackend {
@@ -29,6 +33,7 @@ impl<'a> ModelBackend<'a> {
             weights,
             state,
             pool,
+            batch_pool,
             vocab,
         }
     }
@@ -52,7 +57,13 @@ impl Backend for ModelBackend<'_> {
     }
 
     fn eval(&mut self, batch: &[Token]) {
-        forward_tokens(self.cfg, &self.weights, &mut self.state, &self.pool, batch);
+        // Prompt tokens other than a prompt's last ask for no logits;
+        // decode tokens always do.
+        let pool = match &self.batch_pool {
+            Some(p) if batch.iter().any(|t| !t.logits) => p,
+            _ => &self.pool,
+        };
+        forward_tokens(self.cfg, &self.weights, &mut self.state, pool, batch);
     }
 
     fn logits(&self) -> &[f32] {

@@ -57,8 +57,12 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// How long running requests may take to finish after SIGINT/SIGTERM.
     pub shutdown_timeout: Duration,
-    /// Kernel threads of the engine.
+    /// Kernel threads of the engine for decode-only steps.
     pub threads: usize,
+    /// Kernel threads for steps that read prompt tokens (llama.cpp's
+    /// `--threads-batch`); a second pool only when it differs from
+    /// `threads`.
+    pub threads_batch: usize,
     /// The name `/v1/models` gives.
     pub model_name: String,
 }
@@ -119,18 +123,35 @@ pub fn serve(
     std::thread::scope(|scope| -> Result<(), Error> {
         let eog = vocab.eog_tokens().to_vec();
         let engine_vocab = vocab.clone();
-        let threads = config.threads;
+        let (threads, threads_batch) = (config.threads, config.threads_batch);
         let engine = std::thread::Builder::new()
             .name("engine".into())
             .spawn_scoped(scope, move || {
                 let pool = ThreadPool::new(threads);
-                let backend = backend::ModelBackend::new(cfg, weights, state, pool, &engine_vocab);
+                let batch_pool = (threads_batch != threads).then(|| ThreadPool::new(threads_batch));
+                let backend = backend::ModelBackend::new(
+                    cfg,
+                    weights,
+                    state,
+                    pool,
+                    batch_pool,
+                    &engine_vocab,
+                );
                 scheduler::Engine::new(backend, eog, metrics).run(rx);
             })
             .map_err(Error::Thread)?;
         eprintln!(
-            "cachefit: {} slots, ctx {} per slot, batch {}, queue {}, {} threads",
-            opts.n_seq, opts.n_ctx, opts.n_batch, config.max_queue, config.threads
+            "cachefit: {} slots, ctx {} per slot, batch {}, queue {}, {} threads{}",
+            opts.n_seq,
+            opts.n_ctx,
+            opts.n_batch,
+            config.max_queue,
+            config.threads,
+            if config.threads_batch == config.threads {
+                String::new()
+            } else {
+                format!(", {} for prompts", config.threads_batch)
+            }
         );
         eprintln!("cachefit: listening on http://{local}");
         let result = runtime.block_on(run_http(listener, app.clone(), config.shutdown_timeout));

@@ -34,7 +34,6 @@ use machine::Machine;
 use model::{KvType, MemoryEstimate, ModelConfig, State, StateOptions, Weights, DEFAULT_BATCH};
 use report::{Format, ModelInfo, Printer, Row};
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::path::PathBuf;
 use timing::{Test, Tokens};
 
@@ -115,24 +114,6 @@ pub struct Args {
 
 fn parse_kv_type(s: &str) -> Result<KvType, String> {
     s.parse()
-}
-
-/// llama-bench spells prompt-then-generation `-pg`, but a clap short flag
-/// is one letter: after the `bench` subcommand, `-pg X` and `-pg=X` become
-/// `--pg X` and `--pg=X`. Everything else passes through unchanged.
-pub fn rewrite_args<I: IntoIterator<Item = OsString>>(args: I) -> Vec<OsString> {
-    let mut args: Vec<OsString> = args.into_iter().collect();
-    if args.get(1).is_none_or(|a| a != "bench") {
-        return args;
-    }
-    for a in &mut args[2..] {
-        if let Some(rest) = a.to_str().and_then(|s| s.strip_prefix("-pg")) {
-            if rest.is_empty() || rest.starts_with('=') {
-                *a = format!("--pg{rest}").into();
-            }
-        }
-    }
-    args
 }
 
 /// What the flags ask for, checked.
@@ -428,6 +409,7 @@ fn model_info(
 mod tests {
     use super::*;
     use clap::Parser;
+    use std::ffi::OsString;
 
     #[derive(Parser)]
     struct Cli {
@@ -440,7 +422,7 @@ mod tests {
     }
 
     fn plan(argv: &[&str]) -> Result<Plan> {
-        let argv = rewrite_args(
+        let argv = crate::commands::rewrite_args(
             ["cachefit", "bench"]
                 .iter()
                 .chain(argv)
@@ -485,19 +467,5 @@ mod tests {
         assert!(err(&["-pg", "1,2,3"]).contains("two numbers"));
         assert!(err(&["-p", "0", "-n", "0"]).contains("nothing to benchmark"));
         assert!(err(&["-m", "a,,b"]).contains("empty item"));
-    }
-
-    #[test]
-    fn only_bench_gets_pg_rewritten() {
-        let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
-        assert_eq!(
-            rewrite_args(os(&["c", "bench", "-pg", "1,2", "-pg=3,4", "-pgx"])),
-            os(&["c", "bench", "--pg", "1,2", "--pg=3,4", "-pgx"])
-        );
-        assert_eq!(
-            rewrite_args(os(&["c", "run", "-pg"])),
-            os(&["c", "run", "-pg"])
-        );
-        assert_eq!(rewrite_args(os(&["c"])), os(&["c"]));
     }
 }

@@ -27,7 +27,6 @@ use chat::ChatTemplate;
 use conversation::{Conversation, Fit};
 use engine::{Sampler, SamplerConfig, StopMatcher};
 use input::{Command, Input, InputReader};
-use kernels::pool::ThreadPool;
 use model::{forward, forward_batch, Logits, ModelConfig, State, Weights};
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -126,8 +125,7 @@ fn check_args(args: &Args) -> Result<()> {
 
 pub fn run(args: Args) -> Result<()> {
     check_args(&args)?;
-    let choice = common::threads(args.model.threads)?;
-    let threads = choice.n;
+    let pools = common::Pools::from_args(&args.model)?;
     let opened = common::open_model(&args.model)?;
     let (cfg, vocab) = (&opened.cfg, &opened.vocab);
     let path = args.model.shown();
@@ -145,19 +143,18 @@ pub fn run(args: Args) -> Result<()> {
         cfg,
         weights: &weights,
         state: State::with_options(cfg, &weights, &opts)?,
-        pool: ThreadPool::new(threads),
+        pools,
         n_batch: opts.n_batch,
         cached: Vec::new(),
     };
     eprintln!(
-        "cachefit: {} ({}, {} layers), ctx {n_ctx}, {} KV cache, batch {}, {threads} thread{} ({}), kernels {}",
+        "cachefit: {} ({}, {} layers), ctx {n_ctx}, {} KV cache, batch {}, {}, kernels {}",
         path,
         cfg.arch.name(),
         cfg.n_layers,
         opts.kv_type,
         opts.n_batch,
-        if threads == 1 { "" } else { "s" },
-        choice.reason,
+        engine.pools.describe(),
         kernels::isa::selected().name()
     );
     if template.is_fallback() {
@@ -473,7 +470,7 @@ struct Engine<'a> {
     cfg: &'a ModelConfig,
     weights: &'a Weights<'a>,
     state: State,
-    pool: ThreadPool,
+    pools: common::Pools,
     n_batch: usize,
     /// The tokens whose keys and values the cache holds, by position.
     cached: Vec<u32>,
@@ -516,7 +513,7 @@ impl Engine<'_> {
                 self.cfg,
                 self.weights,
                 &mut self.state,
-                &self.pool,
+                self.pools.batch(),
                 chunk,
                 pos,
                 Logits::Last,
@@ -558,7 +555,7 @@ impl Engine<'_> {
                 self.cfg,
                 self.weights,
                 &mut self.state,
-                &self.pool,
+                self.pools.decode(),
                 tok,
                 pos,
             );

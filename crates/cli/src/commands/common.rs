@@ -5,6 +5,7 @@
 use super::builtin::ModelSource;
 use anyhow::{bail, Context, Result};
 use gguf::{GgufFile, OpenOptions};
+use kernels::pool::ThreadPool;
 use model::{KvType, MemoryEstimate, ModelConfig, StateOptions, DEFAULT_BATCH};
 use std::path::PathBuf;
 
@@ -21,6 +22,19 @@ pub struct ModelArgs {
     /// CPU affinity and cgroup limits).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// Threads for reading prompts, in batches of many tokens (`-tb`, as in
+    /// llama.cpp; default: as -t). Prompt reading is bound by arithmetic,
+    /// generation by memory bandwidth, so the best counts can differ.
+    #[arg(long = "threads-batch", value_name = "N")]
+    pub threads_batch: Option<usize>,
+    /// Run only on these CPUs, a hex mask as in llama.cpp (`-C 0x3`: CPUs 0
+    /// and 1). Every thread inherits it; without -t, the thread count is
+    /// the physical cores among them.
+    #[arg(short = 'C', long = "cpu-mask", value_name = "HEX")]
+    pub cpu_mask: Option<String>,
+    /// Run only on these CPUs, as a list (`--cpu-range 2-3`, or `0,2`).
+    #[arg(long = "cpu-range", value_name = "LIST", conflicts_with = "cpu_mask")]
+    pub cpu_range: Option<String>,
     /// Lock the model's pages in RAM.
     #[arg(long)]
     pub mlock: bool,
@@ -85,6 +99,40 @@ pub fn open_model(args: &ModelArgs) -> Result<Opened> {
     Ok(Opened { file, cfg, vocab })
 }
 
+/// `-C`/`--cpu-range` applied to the calling thread (so to every thread
+/// started after it), then the thread count as [`threads`] chooses it.
+/// Call before starting any thread that should obey the mask.
+pub fn threads_for(args: &ModelArgs) -> Result<machine::ThreadChoice> {
+    let chosen = match (&args.cpu_mask, &args.cpu_range) {
+        (Some(m), _) => Some((
+            format!("-C {m}"),
+            machine::parse_cpu_mask(m)
+                .with_context(|| format!("-C {m}: not a hexadecimal CPU mask (e.g. 0x3)"))?,
+        )),
+        (None, Some(r)) => Some((
+            format!("--cpu-range {r}"),
+            machine::parse_cpulist(r)
+                .with_context(|| format!("--cpu-range {r}: not a CPU list (e.g. 0-3 or 0,2)"))?,
+        )),
+        (None, None) => None,
+    };
+    if let Some((flag, cpus)) = chosen {
+        if cpus.is_empty() {
+            bail!("{flag} selects no CPU");
+        }
+        let allowed = machine::allowed_cpus();
+        if let Some(c) = cpus.iter().find(|c| !allowed.contains(c)) {
+            bail!(
+                "{flag} selects CPU {c}, which this process may not use (it may use {})",
+                machine::format_cpulist(&allowed)
+            );
+        }
+        machine::set_thread_affinity(&cpus)
+            .with_context(|| format!("{flag}: setting the CPU affinity"))?;
+    }
+    threads(args.threads)
+}
+
 /// The thread count to use and why, for the log line: `-t`, or the
 /// physical cores this process may use (affinity, cgroup quota).
 pub fn threads(requested: Option<usize>) -> Result<machine::ThreadChoice> {
@@ -96,6 +144,68 @@ pub fn threads(requested: Option<usize>) -> Result<machine::ThreadChoice> {
         }),
         None => Ok(machine::default_threads()),
     }
+}
+
+/// The kernel threads of a model-running command: one pool for generation
+/// (`-t`) and, when `--threads-batch` asks for another count, a second one
+/// for batches of prompt tokens. A pool's idle workers park, so the pool
+/// not in use costs no CPU.
+pub struct Pools {
+    decode: ThreadPool,
+    batch: Option<ThreadPool>,
+    /// Why `-t` is what it is, for the log line.
+    why: String,
+}
+
+impl Pools {
+    /// Pools from `-t` and `--threads-batch` (each at least 1).
+    pub fn from_args(args: &ModelArgs) -> Result<Pools> {
+        let choice = threads_for(args)?;
+        let n_batch = threads_batch(args.threads_batch, choice.n)?;
+        Ok(Pools {
+            decode: ThreadPool::new(choice.n),
+            batch: (n_batch != choice.n).then(|| ThreadPool::new(n_batch)),
+            why: choice.reason,
+        })
+    }
+
+    /// For generation: one token per sequence.
+    pub fn decode(&self) -> &ThreadPool {
+        &self.decode
+    }
+
+    /// For prompt tokens, several of a sequence in one pass.
+    pub fn batch(&self) -> &ThreadPool {
+        self.batch.as_ref().unwrap_or(&self.decode)
+    }
+
+    /// For the log line (see [`describe_threads`]).
+    pub fn describe(&self) -> String {
+        let n = self.decode.n_threads();
+        describe_threads(n, &self.why, self.batch().n_threads())
+    }
+}
+
+/// `--threads-batch` checked: its count, or `threads` when not given.
+pub fn threads_batch(requested: Option<usize>, threads: usize) -> Result<usize> {
+    match requested {
+        Some(0) => bail!("--threads-batch must be at least 1"),
+        Some(n) => Ok(n),
+        None => Ok(threads),
+    }
+}
+
+/// "2 threads (why)", plus ", 1 for prompts" when `--threads-batch`
+/// differs from `-t`.
+pub fn describe_threads(threads: usize, why: &str, batch: usize) -> String {
+    let mut s = format!(
+        "{threads} thread{} ({why})",
+        if threads == 1 { "" } else { "s" }
+    );
+    if batch != threads {
+        s.push_str(&format!(", {batch} for prompts"));
+    }
+    s
 }
 
 /// The context size: `-c` checked against the model, or the default.

@@ -16,7 +16,6 @@
 use super::common::{self, ContextArgs, ModelArgs};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use kernels::pool::ThreadPool;
 use model::{forward_batch, Logits, State, Weights};
 use serde_json::json;
 use std::path::PathBuf;
@@ -104,8 +103,8 @@ pub fn run(args: Args) -> Result<()> {
     if args.chunks == Some(0) {
         bail!("--chunks must be at least 1");
     }
-    let choice = common::threads(args.model.threads)?;
-    let (threads, why) = (choice.n, choice.reason);
+    // Every pass is a batch: the --threads-batch pool does the work.
+    let pools = common::Pools::from_args(&args.model)?;
     let opened = common::open_model(&args.model)?;
     let (cfg, vocab) = (&opened.cfg, &opened.vocab);
     let ctx = ContextArgs {
@@ -119,14 +118,13 @@ pub fn run(args: Args) -> Result<()> {
     }
     let path = args.model.shown();
     let weights = Weights::from_gguf(&opened.file, cfg).with_context(|| path.clone())?;
-    let pool = ThreadPool::new(threads);
     let mut state = State::with_options(cfg, &weights, &opts)?;
     eprintln!(
-        "cachefit: {path} ({}), ctx {n_ctx}, {} KV cache, batch {}, {threads} thread{} ({why}), kernels {}",
+        "cachefit: {path} ({}), ctx {n_ctx}, {} KV cache, batch {}, {}, kernels {}",
         cfg.arch.name(),
         opts.kv_type,
         opts.n_batch,
-        if threads == 1 { "" } else { "s" },
+        pools.describe(),
         kernels::isa::selected().name()
     );
 
@@ -176,7 +174,15 @@ pub fn run(args: Args) -> Result<()> {
         // A fresh cache: positions restart at 0, later ones overwrite.
         for (b, batch) in chunk.chunks(opts.n_batch).enumerate() {
             let pos0 = b * opts.n_batch;
-            let logits = forward_batch(cfg, &weights, &mut state, &pool, batch, pos0, Logits::All);
+            let logits = forward_batch(
+                cfg,
+                &weights,
+                &mut state,
+                pools.batch(),
+                batch,
+                pos0,
+                Logits::All,
+            );
             for (i, row) in logits.chunks_exact(vocab_size).enumerate() {
                 let pos = pos0 + i;
                 if pos >= first && pos + 1 < n_ctx {

@@ -9,7 +9,6 @@
 use super::common::{self, ContextArgs, ModelArgs};
 use anyhow::{bail, Context, Result};
 use engine::{Sampler, SamplerConfig, StopConditions, StopMatcher};
-use kernels::pool::ThreadPool;
 use model::{forward, forward_batch, Logits, State, Weights};
 use serde_json::json;
 use std::io::Write;
@@ -133,25 +132,24 @@ pub fn run(args: Args) -> Result<()> {
     let t_start = Instant::now();
     let prompt = read_prompt(&args)?;
     check_sampling(&args)?;
-    let choice = common::threads(args.model.threads)?;
-    let (threads, why) = (choice.n, choice.reason);
+    let pools = common::Pools::from_args(&args.model)?;
+    let threads = pools.decode().n_threads();
     let opened = common::open_model(&args.model)?;
     let (cfg, vocab) = (&opened.cfg, &opened.vocab);
     let path = args.model.shown();
     let opts = common::state_options(&opened, &args.ctx, false)?;
     let n_ctx = opts.n_ctx;
     let weights = Weights::from_gguf(&opened.file, cfg).with_context(|| path.clone())?;
-    let pool = ThreadPool::new(threads);
     let mut state = State::with_options(cfg, &weights, &opts)?;
     let load_ms = ms(t_start);
     eprintln!(
-        "cachefit: {} ({}, {} layers), ctx {n_ctx}, {} KV cache, batch {}, {threads} thread{} ({why}), kernels {}",
+        "cachefit: {} ({}, {} layers), ctx {n_ctx}, {} KV cache, batch {}, {}, kernels {}",
         path,
         cfg.arch.name(),
         cfg.n_layers,
         opts.kv_type,
         opts.n_batch,
-        if threads == 1 { "" } else { "s" },
+        pools.describe(),
         kernels::isa::selected().name()
     );
 
@@ -190,7 +188,7 @@ pub fn run(args: Args) -> Result<()> {
             cfg,
             &weights,
             &mut state,
-            &pool,
+            pools.batch(),
             chunk,
             i * opts.n_batch,
             Logits::Last,
@@ -263,7 +261,7 @@ pub fn run(args: Args) -> Result<()> {
         if pos >= n_ctx {
             break "context";
         }
-        forward(cfg, &weights, &mut state, &pool, tok, pos);
+        forward(cfg, &weights, &mut state, pools.decode(), tok, pos);
         pos += 1;
     };
     let gen_ms = ms(t_gen);
@@ -302,6 +300,7 @@ pub fn run(args: Args) -> Result<()> {
                 "stop_string": matcher.matched(),
                 "n_ctx": n_ctx,
                 "threads": threads,
+                "threads_batch": pools.batch().n_threads(),
                 "seed": sampler.seed(),
                 "load_ms": load_ms,
                 "prompt_ms": prompt_ms,

@@ -52,7 +52,8 @@ pub fn run(args: Args) -> Result<()> {
     if !(args.shutdown_timeout.is_finite() && args.shutdown_timeout >= 0.0) {
         bail!("--shutdown-timeout must be a number of seconds, at least 0");
     }
-    let choice = common::threads(args.model.threads)?;
+    let choice = common::threads_for(&args.model)?;
+    let threads_batch = common::threads_batch(args.model.threads_batch, choice.n)?;
     let opened = common::open_model(&args.model)?;
     let path = args.model.shown();
     let mut opts = common::state_options(&opened, &args.ctx, false)?;
@@ -75,13 +76,11 @@ pub fn run(args: Args) -> Result<()> {
             None => super::builtin::NAME.to_string(),
         });
     eprintln!(
-        "cachefit: {path} ({}, {} layers), {} KV cache, {} thread{} ({}), kernels {}",
+        "cachefit: {path} ({}, {} layers), {} KV cache, {}, kernels {}",
         opened.cfg.arch.name(),
         opened.cfg.n_layers,
         opts.kv_type,
-        choice.n,
-        if choice.n == 1 { "" } else { "s" },
-        choice.reason,
+        common::describe_threads(choice.n, &choice.reason, threads_batch),
         kernels::isa::selected().name()
     );
     let config = server::Config {
@@ -92,6 +91,7 @@ pub fn run(args: Args) -> Result<()> {
         max_body_bytes: args.max_body,
         shutdown_timeout: Duration::from_secs_f64(args.shutdown_timeout),
         threads: choice.n,
+        threads_batch,
         model_name,
     };
     server::serve(&opened.file, &opened.cfg, opened.vocab, &opts, config)

@@ -254,39 +254,24 @@ fn clear_errors() {
     let long = "word ".repeat(100);
     fails(&["run", "-m", &m, "-p", &long, "-c", "16"], "context of 16");
     fails(&["run", "-m", &m], "no prompt: give one");
-    fails(
-        &["run", "-m", &m, "-p", "x", "--cache-type", "q4_0"],
-        "unknown cache type",
-    );
-    fails(
-        &["run", "-m", &m, "-p", "x", "-b", "0"],
-        "-b must be at least 1",
-    );
-    fails(
-        &["run", "-m", &m, "-p", "x", "-t", "0"],
-        "-t must be at least 1",
-    );
-    fails(
-        &["run", "-m", &m, "-p", "x", "-tb", "0"],
-        "--threads-batch must be at least 1",
-    );
-    fails(
-        &["run", "-m", &m, "-p", "x", "-C", "0x0"],
-        "-C 0x0 selects no CPU",
-    );
-    fails(
-        &["run", "-m", &m, "-p", "x", "-C", "0xq"],
-        "not a hexadecimal CPU mask",
-    );
-    fails(
-        &["run", "-m", &m, "-p", "x", "--cpu-range", "3-1"],
-        "not a CPU list",
-    );
     let far = format!("0x1{}", "0".repeat(300)); // CPU 1200
-    fails(
-        &["run", "-m", &m, "-p", "x", "-C", &far],
-        "selects CPU 1200, which this process may not use",
-    );
+                                                 // One bad flag value after a good prompt.
+    for (flag, value, want) in [
+        ("--cache-type", "q4_0", "unknown cache type"),
+        ("-b", "0", "-b must be at least 1"),
+        ("-t", "0", "-t must be at least 1"),
+        ("-tb", "0", "--threads-batch must be at least 1"),
+        ("-C", "0x0", "-C 0x0 selects no CPU"),
+        ("-C", "0xq", "not a hexadecimal CPU mask"),
+        ("--cpu-range", "3-1", "not a CPU list"),
+        (
+            "-C",
+            &far,
+            "selects CPU 1200, which this process may not use",
+        ),
+    ] {
+        fails(&["run", "-m", &m, "-p", "x", flag, value], want);
+    }
     fails(&["run", "-m", &m, "-p", "x", "--temp", "-1"], "--temp");
     fails(&["run", "-m", &m, "-p", "x", "--top-p", "1.5"], "--top-p");
     fails(

@@ -70,6 +70,11 @@ fn threads_batch_reads_the_prompt_on_its_own_pool() {
         "{err}"
     );
     assert_eq!(v["text"], plain["text"]);
+    // -ub caps the tokens per pass below -b: the prompt goes through in
+    // passes of 2, to the same tokens.
+    let (v, err) = run(&["-t", "1", "-b", "64", "-ub", "2"]);
+    assert!(err.contains("batch 2,"), "{err}");
+    assert_eq!(v["text"], plain["text"]);
 }
 
 #[test]
@@ -259,6 +264,7 @@ fn clear_errors() {
     for (flag, value, want) in [
         ("--cache-type", "q4_0", "unknown cache type"),
         ("-b", "0", "-b must be at least 1"),
+        ("-ub", "0", "-ub must be at least 1"),
         ("-t", "0", "-t must be at least 1"),
         ("-tb", "0", "--threads-batch must be at least 1"),
         ("-C", "0x0", "-C 0x0 selects no CPU"),

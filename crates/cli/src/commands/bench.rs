@@ -79,6 +79,10 @@ pub struct Args {
     /// Tokens per forward pass while reading a prompt.
     #[arg(short = 'b', long = "batch-size", default_value_t = DEFAULT_BATCH)]
     pub batch_size: usize,
+    /// At most this many tokens per pass (`-ub`, llama-bench's physical
+    /// batch): a pass takes the smaller of -b and -ub.
+    #[arg(long = "ubatch-size", value_name = "N")]
+    pub ubatch_size: Option<usize>,
     /// KV cache type: f16, q8_0 or f32.
     #[arg(
         long = "cache-type",
@@ -125,6 +129,8 @@ struct Plan {
     depths: Vec<usize>,
     /// In llama-bench's order for one depth: pp tests, tg tests, pg tests.
     tests: Vec<(usize, usize)>,
+    /// Tokens per forward pass (the smaller of -b and -ub).
+    n_batch: usize,
 }
 
 impl Plan {
@@ -132,9 +138,7 @@ impl Plan {
         if args.repetitions == 0 {
             bail!("-r must be at least 1");
         }
-        if args.batch_size == 0 {
-            bail!("-b must be at least 1");
-        }
+        let n_batch = super::common::pass_tokens(args.batch_size, args.ubatch_size)?;
         let prompts = parse_list("-p", &args.n_prompt, &[DEFAULT_PROMPT], 0)?;
         let gens = parse_list("-n", &args.n_gen, &[DEFAULT_GEN], 0)?;
         let depths = parse_list("-d", &args.n_depth, &[0], 0)?;
@@ -168,6 +172,7 @@ impl Plan {
             threads,
             depths,
             tests,
+            n_batch,
         })
     }
 }
@@ -299,7 +304,7 @@ fn bench_model(
                 }
                 let o = StateOptions {
                     n_ctx,
-                    n_batch: args.batch_size.min(n_prompt.max(depth).max(1)),
+                    n_batch: plan.n_batch.min(n_prompt.max(depth).max(1)),
                     kv_type: args.cache_type,
                     ..StateOptions::new(n_ctx)
                 };
@@ -316,7 +321,7 @@ fn bench_model(
                     cfg: &cfg,
                     weights: &weights,
                     pool: &pool,
-                    n_batch: args.batch_size,
+                    n_batch: plan.n_batch,
                     reps: args.repetitions,
                 };
                 let test_time = report::now_rfc3339();
@@ -333,7 +338,7 @@ fn bench_model(
                 };
                 printer.row(&Row {
                     model: &info,
-                    n_batch: args.batch_size,
+                    n_batch: plan.n_batch,
                     n_threads,
                     kv_type: args.cache_type,
                     use_mmap: !args.no_mmap,
@@ -442,6 +447,16 @@ mod tests {
     }
 
     #[test]
+    fn a_pass_takes_the_smaller_of_b_and_ub() {
+        assert_eq!(plan(&[]).unwrap().n_batch, DEFAULT_BATCH);
+        assert_eq!(plan(&["-b", "64", "-ub", "16"]).unwrap().n_batch, 16);
+        assert_eq!(
+            plan(&["-b", "8", "--ubatch-size", "512"]).unwrap().n_batch,
+            8
+        );
+    }
+
+    #[test]
     fn lists_sweep_and_pg_comes_last() {
         let p = plan(&[
             "-m", "a,b", "-p", "16,0,32", "-n", "8", "-pg", "4,4", "-pg=2,0", "-t", "1,2", "-d",
@@ -464,6 +479,8 @@ mod tests {
         assert!(err(&["-p", "x"]).contains("`x` is not a whole number"));
         assert!(err(&["-t", "0"]).contains("at least 1"));
         assert!(err(&["-r", "0"]).contains("-r must be at least 1"));
+        assert!(err(&["-b", "0"]).contains("-b must be at least 1"));
+        assert!(err(&["-ub", "0"]).contains("-ub must be at least 1"));
         assert!(err(&["-pg", "1,2,3"]).contains("two numbers"));
         assert!(err(&["-p", "0", "-n", "0"]).contains("nothing to benchmark"));
         assert!(err(&["-m", "a,,b"]).contains("empty item"));

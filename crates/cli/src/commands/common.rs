@@ -52,6 +52,10 @@ pub struct ContextArgs {
     /// Tokens evaluated per forward pass while reading a prompt.
     #[arg(short = 'b', long = "batch-size", default_value_t = DEFAULT_BATCH)]
     pub batch_size: usize,
+    /// At most this many tokens per pass (`-ub`, llama.cpp's physical
+    /// batch): a pass takes the smaller of -b and -ub.
+    #[arg(long = "ubatch-size", value_name = "N")]
+    pub ubatch_size: Option<usize>,
     /// KV cache type: f16, q8_0 (about half the memory) or f32.
     #[arg(
         long = "cache-type",
@@ -221,15 +225,25 @@ pub fn n_ctx(cfg: &ModelConfig, requested: Option<usize>) -> Result<usize> {
     })
 }
 
+/// Tokens per forward pass from `-b` and `-ub` (each at least 1): the
+/// smaller of the two.
+pub fn pass_tokens(batch: usize, ubatch: Option<usize>) -> Result<usize> {
+    if batch == 0 {
+        bail!("-b must be at least 1");
+    }
+    match ubatch {
+        Some(0) => bail!("-ub must be at least 1"),
+        Some(u) => Ok(batch.min(u)),
+        None => Ok(batch),
+    }
+}
+
 /// State options from the flags, with the memory need checked against what
 /// the system has available.
 pub fn state_options(opened: &Opened, ctx: &ContextArgs, all_logits: bool) -> Result<StateOptions> {
-    if ctx.batch_size == 0 {
-        bail!("-b must be at least 1");
-    }
     let o = StateOptions {
         n_ctx: n_ctx(&opened.cfg, ctx.ctx_size)?,
-        n_batch: ctx.batch_size,
+        n_batch: pass_tokens(ctx.batch_size, ctx.ubatch_size)?,
         kv_type: ctx.cache_type,
         all_logits,
         n_seq: 1,

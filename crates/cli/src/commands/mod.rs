@@ -25,6 +25,11 @@ const TWO_LETTER_FLAGS: &[(&[&str], &str, &str)] = &[
         "-tb",
         "--threads-batch",
     ),
+    (
+        &["run", "chat", "serve", "perplexity", "bench"],
+        "-ub",
+        "--ubatch-size",
+    ),
 ];
 
 /// The arguments with llama.cpp's two-letter flags spelled as ours.
@@ -79,6 +84,10 @@ mod tests {
                 os(&["c", cmd, "--threads-batch", "1"])
             );
         }
+        assert_eq!(
+            rewrite_args(os(&["c", "bench", "-ub", "8", "-ub=4"])),
+            os(&["c", "bench", "--ubatch-size", "8", "--ubatch-size=4"])
+        );
         assert_eq!(
             rewrite_args(os(&["c", "info", "-tb"])),
             os(&["c", "info", "-tb"])

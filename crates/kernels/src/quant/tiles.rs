@@ -290,6 +290,16 @@ pub fn prepare(x: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// The bounds every kernel's unchecked tile loads and output stores rely
+/// on: `tile` holds `nb` blocks of `B`, `out` 16 rows per activation.
+pub(crate) fn check_dot_bounds<B: TileBlock>(tile: &[u8], nb: usize, n: usize, out: &[f32]) {
+    assert!(
+        tile.len() >= nb.div_ceil(2) * pair_bytes::<B>(),
+        "tiles: tile too short"
+    );
+    assert!(out.len() >= TILE_ROWS * n, "tiles: output too short");
+}
+
 /// Scalar twin of the kernels (see the module comment for the arithmetic).
 fn dot_ref<B: TileBlock>(
     tile: &[u8],
@@ -299,6 +309,7 @@ fn dot_ref<B: TileBlock>(
     n: usize,
     out: &mut [f32],
 ) {
+    check_dot_bounds::<B>(tile, nb, n, out);
     let half = |i: usize| f16::from_bits(u16::from_le_bytes([tile[i], tile[i + 1]])).to_f32();
     for c in 0..n {
         let a = Prepared::new(&acts[c * stride..], nb);

@@ -156,3 +156,41 @@ fn prepared_parts_match_q8_0() {
         }
     }
 }
+
+/// The kernels' unchecked loads rest on two asserts: a tile or an output
+/// one byte short must panic on every kernel set, not read or write past.
+#[test]
+fn short_tiles_and_outputs_panic_on_every_kernel_set() {
+    let (rows, cols, n) = (16, 64, 2);
+    for ty in TYPES {
+        let td = tile_dot(ty).unwrap();
+        let tile = packed(ty, &matrix(ty, rows, cols, 1), rows, cols);
+        let tile: &[u8] = bytemuck::cast_slice(&tile);
+        let (acts, stride, _) = activations(n, cols, 2);
+        let acts: &[u8] = bytemuck::cast_slice(&acts);
+        let nb = cols / QK8_0;
+        for isa in Isa::supported() {
+            let dot = (td.dot_for)(isa);
+            let short_tile = std::panic::catch_unwind(|| {
+                let mut out = vec![0.0; TILE_ROWS * n];
+                dot(&tile[..tile.len() - 1], nb, acts, stride, n, &mut out);
+            });
+            let msg = short_tile.expect_err("a short tile must panic");
+            assert_eq!(
+                msg.downcast_ref::<&str>(),
+                Some(&"tiles: tile too short"),
+                "{ty:?} {isa:?}"
+            );
+            let short_out = std::panic::catch_unwind(|| {
+                let mut out = vec![0.0; TILE_ROWS * n - 1];
+                dot(tile, nb, acts, stride, n, &mut out);
+            });
+            let msg = short_out.expect_err("a short output must panic");
+            assert_eq!(
+                msg.downcast_ref::<&str>(),
+                Some(&"tiles: output too short"),
+                "{ty:?} {isa:?}"
+            );
+        }
+    }
+}

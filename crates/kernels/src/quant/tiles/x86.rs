@@ -23,11 +23,7 @@ pub unsafe fn dot_avx512<B: TileBlock>(
     out: &mut [f32],
 ) {
     // The bounds every unchecked load below relies on.
-    assert!(
-        tile.len() >= nb.div_ceil(2) * super::pair_bytes::<B>(),
-        "tiles: tile too short"
-    );
-    assert!(out.len() >= TILE_ROWS * n, "tiles: output too short");
+    super::check_dot_bounds::<B>(tile, nb, n, out);
     let mut c = 0;
     while c < n {
         macro_rules! run {
@@ -204,11 +200,8 @@ pub unsafe fn dot_avx2<B: TileBlock>(
     n: usize,
     out: &mut [f32],
 ) {
-    assert!(
-        tile.len() >= nb.div_ceil(2) * super::pair_bytes::<B>(),
-        "tiles: tile too short"
-    );
-    assert!(out.len() >= TILE_ROWS * n, "tiles: output too short");
+    // The bounds every unchecked load below relies on.
+    super::check_dot_bounds::<B>(tile, nb, n, out);
     let mut c = 0;
     while c < n {
         macro_rules! run {

@@ -293,6 +293,15 @@ fn health_errors_auth_and_greedy_parity_with_run() {
     assert_eq!(v["choices"][0]["text"], run["text"]);
     assert_eq!(v["choices"][0]["finish_reason"], "length");
     assert_eq!(v["usage"]["completion_tokens"], 8);
+    // The same request in a body over 2 KiB (JSON whitespace), whose
+    // prompt is built on the blocking pool rather than the HTTP thread.
+    let padded = format!(
+        r#"{{"prompt": "{p}",{} "max_tokens": 8, "temperature": 0}}"#,
+        " ".repeat(2500)
+    );
+    let r = server.post("/v1/completions", &[KEY], &padded);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["choices"][0]["text"], run["text"]);
 
     // Metrics count what happened.
     let r = server.request("GET", "/metrics", &[KEY], b"");
@@ -314,6 +323,27 @@ fn health_errors_auth_and_greedy_parity_with_run() {
     let (status, log) = server.wait(Duration::from_secs(20));
     assert!(status.success(), "{status:?}\n{log}");
     assert!(log.contains("SIGTERM"), "{log}");
+}
+
+#[test]
+fn bad_flag_values_are_refused_before_serving() {
+    for (flag, value, says) in [
+        ("--stream-interval", "-1", "--stream-interval must be"),
+        ("--stream-interval", "1e9", "--stream-interval must be"),
+        ("--stream-interval", "soon", "invalid value 'soon'"),
+        ("--parallel", "0", "--parallel must be at least 1"),
+        ("--shutdown-timeout", "-2", "--shutdown-timeout must be"),
+    ] {
+        // The built-in model: checked before it is opened or a port taken.
+        let out = Command::new(env!("CARGO_BIN_EXE_cachefit"))
+            .args(["serve", "--port", "0", &format!("{flag}={value}")])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag} {value}: {err}");
+        assert!(err.contains(says), "{flag} {value}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
 }
 
 #[test]

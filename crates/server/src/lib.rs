@@ -65,6 +65,9 @@ pub struct Config {
     pub threads_batch: usize,
     /// The name `/v1/models` gives.
     pub model_name: String,
+    /// A streamed generation's text goes out at most this often (zero:
+    /// one event per token); see [`scheduler::DEFAULT_STREAM_INTERVAL`].
+    pub stream_interval: Duration,
 }
 
 /// Serve the model until SIGINT/SIGTERM. `opts.n_seq` is the number of
@@ -124,6 +127,7 @@ pub fn serve(
         let eog = vocab.eog_tokens().to_vec();
         let engine_vocab = vocab.clone();
         let (threads, threads_batch) = (config.threads, config.threads_batch);
+        let stream_interval = config.stream_interval;
         let engine = std::thread::Builder::new()
             .name("engine".into())
             .spawn_scoped(scope, move || {
@@ -137,7 +141,9 @@ pub fn serve(
                     batch_pool,
                     &engine_vocab,
                 );
-                scheduler::Engine::new(backend, eog, metrics).run(rx);
+                scheduler::Engine::new(backend, eog, metrics)
+                    .with_stream_interval(stream_interval)
+                    .run(rx);
             })
             .map_err(Error::Thread)?;
         eprintln!(

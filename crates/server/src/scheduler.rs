@@ -153,10 +153,14 @@ struct Active {
 }
 
 /// Text generated within this long of the last send waits for the next one
-/// (or the end): a model at thousands of tokens per second would otherwise
-/// wake the client's connection once per token, which on a small machine
-/// takes the cores the forward pass needs. Invisible at human speed.
-const STREAM_COALESCE: Duration = Duration::from_millis(2);
+/// (or the end), unless [`Engine::with_stream_interval`] says otherwise: a
+/// model at thousands of tokens per second would otherwise wake the HTTP
+/// thread and the client once per token, and on a small machine those
+/// wake-ups preempt the engine's threads (one lane of a two-lane pass
+/// stalled, the other waiting for it). 10 ms is below a screen frame;
+/// against 2 ms it gave 4 clients of the built-in model ~20% more tokens/s
+/// on the 2-core test machine (docs/PERFORMANCE.md).
+pub const DEFAULT_STREAM_INTERVAL: Duration = Duration::from_millis(10);
 
 struct Slot {
     /// Tokens whose K/V the slot's cache holds, at positions `0..len`.
@@ -181,6 +185,8 @@ pub struct Engine<B: Backend> {
     /// Decode tokens at the head of `batch` (the rest is prompt).
     n_decode: usize,
     steps: u64,
+    /// See [`DEFAULT_STREAM_INTERVAL`].
+    stream_interval: Duration,
 }
 
 impl<B: Backend> Engine<B> {
@@ -207,7 +213,15 @@ impl<B: Backend> Engine<B> {
             batch: Vec::new(),
             n_decode: 0,
             steps: 0,
+            stream_interval: DEFAULT_STREAM_INTERVAL,
         }
+    }
+
+    /// Send a generation's text at most once per `interval` (zero: every
+    /// token at once); the first text and the end always go at once.
+    pub fn with_stream_interval(mut self, interval: Duration) -> Engine<B> {
+        self.stream_interval = interval;
+        self
     }
 
     pub fn backend(&self) -> &B {
@@ -289,7 +303,13 @@ impl<B: Backend> Engine<B> {
             let slot = &mut self.slots[si];
             let a = slot.active.as_ref().expect("a row belongs to a busy slot");
             let (first, before) = (a.first_token_at.is_none(), a.generated);
-            let ended = sample_slot(slot, &mut self.row, &self.backend, n_ctx);
+            let ended = sample_slot(
+                slot,
+                &mut self.row,
+                &self.backend,
+                n_ctx,
+                self.stream_interval,
+            );
             let a = slot.active.as_ref().expect("still on its slot");
             generated += a.generated - before;
             if first {
@@ -502,6 +522,7 @@ fn sample_slot<B: Backend>(
     logits: &mut [f32],
     backend: &B,
     n_ctx: usize,
+    interval: Duration,
 ) -> Option<Finish> {
     let a = slot.active.as_mut().expect("a row belongs to a busy slot");
     let finish = |a: &Active, reason| Finish {
@@ -517,22 +538,22 @@ fn sample_slot<B: Backend>(
     let mut shown = String::new();
     if a.stop.stops_at(tok) {
         flush(a, &mut shown);
-        send_text(a, shown);
+        send_text(a, shown, interval);
         return Some(finish(a, FinishReason::Stop));
     }
     a.sampler.accept(tok);
     a.generated += 1;
     let piece = a.utf8.push(backend.piece(tok));
     if a.matcher.push(&piece, &mut shown) {
-        send_text(a, shown);
+        send_text(a, shown, interval);
         return Some(finish(a, FinishReason::Stop));
     }
     if a.generated >= a.job.params.max_tokens || slot.cache.len() >= n_ctx {
         flush(a, &mut shown);
-        send_text(a, shown);
+        send_text(a, shown, interval);
         return Some(finish(a, FinishReason::Length));
     }
-    send_text(a, shown);
+    send_text(a, shown, interval);
     a.next = Some(tok);
     None
 }
@@ -546,10 +567,10 @@ fn flush(a: &mut Active, shown: &mut String) {
 }
 
 /// Queue `text` for the client; send what is queued unless text went out
-/// less than [`STREAM_COALESCE`] ago (the first text goes at once).
-fn send_text(a: &mut Active, text: String) {
+/// less than `interval` ago (the first text goes at once).
+fn send_text(a: &mut Active, text: String, interval: Duration) {
     a.pending.push_str(&text);
-    if a.sent_at.is_none_or(|t| t.elapsed() >= STREAM_COALESCE) {
+    if a.sent_at.is_none_or(|t| t.elapsed() >= interval) {
         send_pending(a);
     }
 }
@@ -854,6 +875,36 @@ mod tests {
         run_to_idle(&mut e);
         let (t3, f3) = drain(&mut rx);
         assert_eq!((t3.as_str(), f3.unwrap().reason), ("", FinishReason::Stop));
+    }
+
+    #[test]
+    fn the_stream_interval_groups_text_events() {
+        // Text events of one generation, and their concatenation.
+        let events = |interval: Duration| {
+            let mut e = engine(1, 64, 8).with_stream_interval(interval);
+            let (j, mut rx) = job(0, &[1, 2, 3], params(20));
+            submit(&mut e, j);
+            run_to_idle(&mut e);
+            let mut texts = Vec::new();
+            while let Ok(ev) = rx.try_recv() {
+                match ev {
+                    Event::Text(t) => texts.push(t),
+                    Event::Done(f) => assert_eq!(f.completion_tokens, 20),
+                    Event::Error { message, .. } => panic!("error: {message}"),
+                }
+            }
+            texts
+        };
+        // Zero: one event per token (every piece of the fake is one letter,
+        // and this prompt's generation has no end-of-generation token).
+        let each = events(Duration::ZERO);
+        assert_eq!(each.len(), 20);
+        assert!(each.iter().all(|t| t.len() == 1));
+        // An hour: the first token at once, the rest with the end.
+        let grouped = events(Duration::from_secs(3600));
+        assert_eq!(grouped.len(), 2);
+        assert_eq!(grouped[0].len(), 1);
+        assert_eq!(grouped.concat(), each.concat());
     }
 
     #[test]

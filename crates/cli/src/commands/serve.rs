@@ -39,6 +39,10 @@ pub struct Args {
     /// Model name in responses and /v1/models (default: the file name).
     #[arg(long)]
     pub alias: Option<String>,
+    /// Milliseconds between a stream's text events: tokens generated
+    /// sooner go out together (0 = an event per token).
+    #[arg(long = "stream-interval", value_name = "MS", default_value_t = 10.0)]
+    pub stream_interval: f64,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -51,6 +55,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     if !(args.shutdown_timeout.is_finite() && args.shutdown_timeout >= 0.0) {
         bail!("--shutdown-timeout must be a number of seconds, at least 0");
+    }
+    if !(args.stream_interval.is_finite() && (0.0..=60_000.0).contains(&args.stream_interval)) {
+        bail!("--stream-interval must be a number of milliseconds from 0 to 60000");
     }
     let choice = common::threads_for(&args.model)?;
     let threads_batch = common::threads_batch(args.model.threads_batch, choice.n)?;
@@ -93,6 +100,7 @@ pub fn run(args: Args) -> Result<()> {
         threads: choice.n,
         threads_batch,
         model_name,
+        stream_interval: Duration::from_secs_f64(args.stream_interval / 1000.0),
     };
     server::serve(&opened.file, &opened.cfg, opened.vocab, &opts, config)
         .with_context(|| format!("serving {path}"))

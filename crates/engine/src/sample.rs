@@ -239,6 +239,20 @@ impl Sampler {
         self.try_sample(logits).unwrap_or(0)
     }
 
+    /// [`Sampler::sample`] on logits the caller keeps: copied into
+    /// `scratch` only when the chain would modify them (penalties, or any
+    /// sampling but plain greedy). A server samples every slot's row this
+    /// way without a 4096-float copy per token.
+    pub fn sample_from(&mut self, logits: &[f32], scratch: &mut Vec<f32>) -> u32 {
+        if self.config.temp <= 0.0 && !self.config.penalties_enabled() {
+            self.cands.clear();
+            return argmax(logits).unwrap_or(0);
+        }
+        scratch.clear();
+        scratch.extend_from_slice(logits);
+        self.sample(scratch)
+    }
+
     /// Picks the next token, or fails when every logit is `-inf`/NaN or the
     /// slice is empty.
     pub fn try_sample(&mut self, logits: &mut [f32]) -> Result<u32, SampleError> {
@@ -375,7 +389,13 @@ pub fn argmax(logits: &[f32]) -> Option<u32> {
     if max == f32::NEG_INFINITY {
         return None;
     }
-    logits.iter().position(|&l| l == max).map(|i| i as u32)
+    // The first chunk holding the maximum (a compare-or over the chunk
+    // vectorises; `position` stops early and does not), then its place.
+    let chunk = logits
+        .chunks(16)
+        .position(|c| c.iter().fold(false, |hit, &l| hit | (l == max)))?;
+    let at = logits[16 * chunk..].iter().position(|&l| l == max)?;
+    Some((16 * chunk + at) as u32)
 }
 
 /// Keeps the `k` best candidates, sorted. Returns whether the candidates are

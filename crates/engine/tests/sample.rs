@@ -571,3 +571,78 @@ fn large_vocab_default_chain_is_fast() {
     // Generous bound for a debug build on a busy machine; release is ~1 ms.
     assert!(per < std::time::Duration::from_millis(100), "{per:?}");
 }
+
+/// The first index of the largest non-NaN logit, or None if there is none
+/// above `-inf`: what `argmax` must return, written the plain way.
+fn argmax_reference(logits: &[f32]) -> Option<u32> {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &l) in logits.iter().enumerate() {
+        if l.is_nan() || l == f32::NEG_INFINITY {
+            continue;
+        }
+        if best.is_none_or(|(_, b)| l > b) {
+            best = Some((i, l));
+        }
+    }
+    best.map(|(i, _)| i as u32)
+}
+
+#[test]
+fn argmax_matches_a_plain_scan_on_every_length_and_odd_values() {
+    let mut rng = Lcg(11);
+    for len in (0..80).chain([255, 256, 257, 4095, 4096, 4097]) {
+        for trial in 0..20 {
+            let mut logits: Vec<f32> = (0..len).map(|_| rng.logit(1.0)).collect();
+            // Some trials salt in NaN and infinities.
+            if trial % 4 == 1 && len > 0 {
+                for _ in 0..3 {
+                    let i = rng.next_u32() as usize % len;
+                    logits[i] =
+                        [f32::NAN, f32::NEG_INFINITY, f32::INFINITY][rng.next_u32() as usize % 3];
+                }
+            }
+            if trial % 4 == 2 {
+                logits.iter_mut().for_each(|l| *l = f32::NEG_INFINITY);
+            }
+            assert_eq!(
+                argmax(&logits),
+                argmax_reference(&logits),
+                "len {len} trial {trial}"
+            );
+        }
+    }
+}
+
+#[test]
+fn sample_from_equals_sample_and_keeps_the_logits() {
+    let penalised = SamplerConfig {
+        temp: 0.0,
+        repeat_penalty: 1.3,
+        presence_penalty: 0.5,
+        ..SamplerConfig::default()
+    };
+    let random = SamplerConfig {
+        seed: Some(5),
+        ..SamplerConfig::default()
+    };
+    for config in [SamplerConfig::greedy(), penalised, random] {
+        let (mut a, mut b) = (Sampler::new(config.clone()), Sampler::new(config));
+        let mut rng = Lcg(3);
+        let mut scratch = Vec::new();
+        for step in 0..200 {
+            let logits: Vec<f32> = (0..301).map(|_| rng.logit(3.0)).collect();
+            let kept = logits.clone();
+            let want = a.sample(&mut logits.clone());
+            let got = b.sample_from(&logits, &mut scratch);
+            assert_eq!(got, want, "step {step}");
+            assert_eq!(logits, kept);
+            assert_eq!(kept_ids(&a), kept_ids(&b));
+            a.accept(want);
+            b.accept(got);
+        }
+    }
+}
+
+fn kept_ids(s: &Sampler) -> Vec<u32> {
+    s.last_candidates().map(|(id, _)| id).collect()
+}

@@ -177,7 +177,7 @@ pub struct Engine<B: Backend> {
     queue: VecDeque<Box<Job>>,
     eog_tokens: Vec<u32>,
     metrics: Arc<Metrics>,
-    /// One row of logits, copied out for the sampler to modify, (n_vocab,).
+    /// A row of logits copied out for a sampler that modifies it.
     row: Vec<f32>,
     /// Which slot each logits row of the current batch belongs to.
     row_slots: Vec<usize>,
@@ -203,7 +203,7 @@ impl<B: Backend> Engine<B> {
             })
             .collect();
         Engine {
-            row: vec![0.0; backend.n_vocab()],
+            row: Vec::with_capacity(backend.n_vocab()),
             backend,
             slots,
             queue: VecDeque::new(),
@@ -298,13 +298,13 @@ impl<B: Backend> Engine<B> {
         );
         let mut generated = 0;
         for (r, &si) in self.row_slots.iter().enumerate() {
-            self.row
-                .copy_from_slice(&logits[r * n_vocab..(r + 1) * n_vocab]);
+            let row = &logits[r * n_vocab..(r + 1) * n_vocab];
             let slot = &mut self.slots[si];
             let a = slot.active.as_ref().expect("a row belongs to a busy slot");
             let (first, before) = (a.first_token_at.is_none(), a.generated);
             let ended = sample_slot(
                 slot,
+                row,
                 &mut self.row,
                 &self.backend,
                 n_ctx,
@@ -515,11 +515,13 @@ impl<B: Backend> Engine<B> {
     }
 }
 
-/// Sample the slot's next token from `logits`, send its text, and say
+/// Sample the slot's next token from `logits` (copied into `scratch` if the
+/// sampler modifies them), send its text, and say
 /// whether (and how) the job ended.
 fn sample_slot<B: Backend>(
     slot: &mut Slot,
-    logits: &mut [f32],
+    logits: &[f32],
+    scratch: &mut Vec<f32>,
     backend: &B,
     n_ctx: usize,
     interval: Duration,
@@ -531,7 +533,7 @@ fn sample_slot<B: Backend>(
         completion_tokens: a.generated,
         cached_tokens: a.cached,
     };
-    let tok = a.sampler.sample(logits);
+    let tok = a.sampler.sample_from(logits, scratch);
     if a.first_token_at.is_none() {
         a.first_token_at = Some(Instant::now());
     }

@@ -562,14 +562,29 @@ fn run_lane(
             continue; // the other lane's
         };
         let k = out.len();
-        let ht = &mut h[k * d..(k + 1) * d];
-        ops::rmsnorm(ht, &x[i * d..(i + 1) * d], &w.output_norm, eps);
-        xq.quantize(ht, d);
-        let lt = &mut logits[k * v..(k + 1) * v];
-        w.token_embd.matvecs(pool, ht, xq, lt, scratch);
-        if cf.softcap > 0.0 {
+        ops::rmsnorm(
+            &mut h[k * d..(k + 1) * d],
+            &x[i * d..(i + 1) * d],
+            &w.output_norm,
+            eps,
+        );
+        out.push(row);
+    }
+    // The rows through the embedding (the largest matrix) several per read
+    // of it, as every other matrix; each row's result is the same bits as
+    // alone.
+    let m = out.len();
+    project(
+        pool,
+        &w.token_embd,
+        &h[..m * d],
+        &mut logits[..m * v],
+        xq,
+        scratch,
+    );
+    if cf.softcap > 0.0 {
+        for lt in logits[..m * v].chunks_exact_mut(v) {
             vecops::softcap(lt, cf.softcap);
         }
-        out.push(row);
     }
 }

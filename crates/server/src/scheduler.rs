@@ -516,8 +516,8 @@ impl<B: Backend> Engine<B> {
 }
 
 /// Sample the slot's next token from `logits` (copied into `scratch` if the
-/// sampler modifies them), send its text, and say
-/// whether (and how) the job ended.
+/// sampler modifies them), send its text, and say whether (and how) the
+/// job ended.
 fn sample_slot<B: Backend>(
     slot: &mut Slot,
     logits: &[f32],

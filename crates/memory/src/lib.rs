@@ -1,0 +1,4 @@
+pub mod error;
+pub mod format;
+pub mod kernels;
+pub mod synth;

@@ -47,3 +47,72 @@ impl Rng {
         rest.copy_from_slice(&x[..rest.len()]);
     }
 }
+
+/// A block with owned buffers, for tests and generators.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OwnedBlock {
+    pub ids: Vec<u32>,
+    pub codes: Vec<u8>,
+    pub extra: Vec<u8>,
+    pub summaries: Vec<u8>,
+    pub flags: u16,
+}
+
+impl OwnedBlock {
+    /// Random ids (below 2^(8·id_bytes)), random codes and extra bytes,
+    /// and summaries of random normal vectors.
+    pub fn random(rng: &mut Rng, g: &crate::Geometry, n: usize) -> OwnedBlock {
+        let id_max = if g.id_bytes == 2 { 1 << 16 } else { 1 << 32 };
+        let ids = (0..n).map(|_| rng.below(id_max) as u32).collect();
+        let mut codes = vec![0u8; g.slots as usize * n * g.code_bytes as usize];
+        rng.fill(&mut codes);
+        let mut extra = vec![0u8; n * g.extra_bytes as usize];
+        rng.fill(&mut extra);
+        let mut summaries = vec![0u8; g.summaries_len()];
+        let mut v = vec![0f32; g.dims()];
+        for s in summaries.chunks_exact_mut(g.summary_bytes()) {
+            v.iter_mut().for_each(|x| *x = rng.gauss());
+            crate::summary::quantize(&v, s);
+        }
+        OwnedBlock {
+            ids,
+            codes,
+            extra,
+            summaries,
+            flags: rng.next().is_multiple_of(4) as u16,
+        }
+    }
+
+    pub fn as_in(&self) -> crate::BlockIn<'_> {
+        crate::BlockIn {
+            ids: &self.ids,
+            codes: &self.codes,
+            extra: &self.extra,
+            summaries: &self.summaries,
+            flags: self.flags,
+        }
+    }
+
+    /// Whether `b` holds exactly this block.
+    pub fn matches(&self, b: &crate::Block) -> bool {
+        let sb = b.summary(0).len();
+        b.ids() == self.ids
+            && b.all_codes() == self.codes.as_slice()
+            && b.extra() == self.extra.as_slice()
+            && b.flags == self.flags
+            && (0..self.summaries.len() / sb)
+                .all(|i| b.summary(i) == &self.summaries[i * sb..(i + 1) * sb])
+    }
+}
+
+/// The deterministic stream of blocks number `i` of a test history: block
+/// `i` depends on `(seed, i)` only, so a checker can regenerate any prefix.
+pub fn nth_block(seed: u64, g: &crate::Geometry, i: u64) -> OwnedBlock {
+    let mut rng = Rng::new(seed.wrapping_mul(0x1000_0000_01b3) ^ i);
+    let n = if rng.next().is_multiple_of(5) {
+        1 + rng.below(g.block_tokens as u64) as usize
+    } else {
+        g.block_tokens as usize
+    };
+    OwnedBlock::random(&mut rng, g, n)
+}

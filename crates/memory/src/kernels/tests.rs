@@ -143,7 +143,7 @@ fn fast_scan_matches_scalar_exactly_and_tracks_float_scores() {
             // The quantized score follows the float one: offset + step·u16
             // is within half a step per table of Σ w·<q, bits>.
             let group_bytes = n_slots * cb * GROUP;
-            for blk in 0..groups * GROUP {
+            for (blk, &got) in want.iter().enumerate() {
                 let (g, j) = (blk / GROUP, blk % GROUP);
                 let mut exact = 0f32;
                 for (si, &s) in coarse.iter().enumerate() {
@@ -154,7 +154,7 @@ fn fast_scan_matches_scalar_exactly_and_tracks_float_scores() {
                         }
                     }
                 }
-                let approx = t.offset + t.step * want[blk] as f32;
+                let approx = t.offset + t.step * got as f32;
                 let tol = t.step * 0.5 * (coarse.len() * cb * 2) as f32 + 1e-4;
                 assert!(
                     (approx - exact).abs() <= tol,

@@ -1,0 +1,153 @@
+//! The in-RAM index, rebuilt from the records when a file opens: per block
+//! its place in the file and history, its int4 summaries as stored, and the
+//! summaries' sign bits transposed for the fast scan (see
+//! [`crate::kernels::fast_scan`]).
+
+use crate::format::Geometry;
+use crate::kernels::GROUP;
+
+/// Where a block sits in the file and in the history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockMeta {
+    /// Byte offset of the record in the file.
+    pub offset: u64,
+    /// History index of the block's first token.
+    pub first_token: u64,
+    pub n_tokens: u16,
+    pub flags: u16,
+    /// The record's stored checksum.
+    pub crc: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Index {
+    geometry: Geometry,
+    metas: Vec<BlockMeta>,
+    /// `[block][slot][summary bytes]`, as in the records.
+    summaries: Vec<u8>,
+    /// `[group][slot][code byte][GROUP]`: bit `d` of a block's slot entry
+    /// is set when the summary's value `d` is positive.
+    signs: Vec<u8>,
+    tokens: u64,
+}
+
+impl Index {
+    pub fn new(geometry: Geometry) -> Index {
+        Index {
+            geometry,
+            metas: Vec::new(),
+            summaries: Vec::new(),
+            signs: Vec::new(),
+            tokens: 0,
+        }
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    pub fn len(&self) -> usize {
+        self.metas.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.metas.is_empty()
+    }
+
+    /// Tokens in the history.
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
+
+    pub fn meta(&self, block: usize) -> &BlockMeta {
+        &self.metas[block]
+    }
+
+    pub fn metas(&self) -> &[BlockMeta] {
+        &self.metas
+    }
+
+    /// The block whose tokens include history index `token`, if any.
+    pub fn block_of_token(&self, token: u64) -> Option<usize> {
+        if token >= self.tokens {
+            return None;
+        }
+        Some(self.metas.partition_point(|m| m.first_token <= token) - 1)
+    }
+
+    /// One block's summaries, `slots · summary_bytes` bytes.
+    pub fn summaries(&self, block: usize) -> &[u8] {
+        let n = self.geometry.summaries_len();
+        &self.summaries[block * n..(block + 1) * n]
+    }
+
+    /// Every block's summaries, `[block][slot][summary bytes]`.
+    pub fn all_summaries(&self) -> &[u8] {
+        &self.summaries
+    }
+
+    /// Whole groups of transposed sign bits (the last one zero-padded).
+    pub fn sign_groups(&self) -> &[u8] {
+        &self.signs
+    }
+
+    pub fn group_bytes(&self) -> usize {
+        self.geometry.slots as usize * self.geometry.code_bytes as usize * GROUP
+    }
+
+    /// Bytes of RAM the index holds (capacity, not just length).
+    pub fn memory_bytes(&self) -> usize {
+        self.metas.capacity() * std::mem::size_of::<BlockMeta>()
+            + self.summaries.capacity()
+            + self.signs.capacity()
+    }
+
+    pub(crate) fn push(&mut self, meta: BlockMeta, summaries: &[u8]) {
+        let g = self.geometry;
+        debug_assert_eq!(summaries.len(), g.summaries_len());
+        let block = self.metas.len();
+        let (group, lane) = (block / GROUP, block % GROUP);
+        if lane == 0 {
+            self.signs.resize((group + 1) * self.group_bytes(), 0);
+        }
+        let cb = g.code_bytes as usize;
+        let base = group * self.group_bytes();
+        for (s, sum) in summaries.chunks_exact(g.summary_bytes()).enumerate() {
+            for (b, pair) in sum[2..].chunks_exact(4).enumerate() {
+                // Four nibble bytes hold the eight values of code byte b.
+                let mut byte = 0u8;
+                for (i, &v) in pair.iter().enumerate() {
+                    byte |= ((v & 15 > 8) as u8) << (2 * i);
+                    byte |= ((v >> 4 > 8) as u8) << (2 * i + 1);
+                }
+                self.signs[base + (s * cb + b) * GROUP + lane] = byte;
+            }
+        }
+        self.summaries.extend_from_slice(summaries);
+        self.tokens += meta.n_tokens as u64;
+        self.metas.push(meta);
+    }
+
+    pub(crate) fn truncate(&mut self, blocks: usize) {
+        if blocks >= self.metas.len() {
+            return;
+        }
+        self.metas.truncate(blocks);
+        self.tokens = self
+            .metas
+            .last()
+            .map_or(0, |m| m.first_token + m.n_tokens as u64);
+        self.summaries
+            .truncate(blocks * self.geometry.summaries_len());
+        let groups = blocks.div_ceil(GROUP);
+        let gb = self.group_bytes();
+        self.signs.truncate(groups * gb);
+        if !blocks.is_multiple_of(GROUP) {
+            // Zero the dropped lanes of the last group, as `push` expects.
+            let base = (groups - 1) * gb;
+            for row in self.signs[base..].chunks_exact_mut(GROUP) {
+                row[blocks % GROUP..].fill(0);
+            }
+        }
+    }
+}

@@ -141,6 +141,48 @@ fn random_id() -> [u8; 16] {
     out
 }
 
+/// Write `bytes` to a new file, sync it, and only then give it the name
+/// `path` (failing if the name exists): an `O_TMPFILE` file linked into
+/// place, so a crash at any point leaves no file and no stray temporary;
+/// on file systems without `O_TMPFILE`, a named temporary hard-linked into
+/// place (a crash can then leave `NAME.creating-PID` behind, never a torn
+/// file under `NAME`).
+fn create_unnamed(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use rustix::fs::{linkat, openat, AtFlags, Mode, OFlags, CWD};
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if let Ok(fd) = openat(
+        CWD,
+        dir,
+        OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    ) {
+        let f = File::from(fd);
+        f.write_all_at(bytes, 0)?;
+        f.sync_all()?;
+        let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f));
+        if linkat(CWD, proc_path.as_str(), CWD, path, AtFlags::SYMLINK_FOLLOW).is_ok() {
+            return Ok(());
+        }
+        if path.exists() {
+            return Err(io::ErrorKind::AlreadyExists.into());
+        }
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".creating-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let written = (|| -> io::Result<()> {
+        let f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all_at(bytes, 0)?;
+        f.sync_all()
+    })();
+    let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    linked
+}
+
 fn sync_dir(path: &Path) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -186,21 +228,7 @@ impl MemoryFile {
         let at = CommitMark::slot_offset(header.commit_offset(), 0) as usize;
         bytes[at..at + mark.encode().len()].copy_from_slice(&mark.encode());
 
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".creating-{}", std::process::id()));
-        let tmp = PathBuf::from(tmp);
-        let written = (|| -> io::Result<()> {
-            let f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            f.write_all_at(&bytes, 0)?;
-            f.sync_all()
-        })();
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(Error::io(path, "creating", e));
-        }
-        let linked = std::fs::hard_link(&tmp, path);
-        let _ = std::fs::remove_file(&tmp);
-        match linked {
+        match create_unnamed(path, &bytes) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 return Err(Error::Exists {

@@ -102,6 +102,14 @@ impl Index {
             + self.signs.capacity()
     }
 
+    pub(crate) fn reserve(&mut self, blocks: usize) {
+        self.metas.reserve(blocks);
+        self.summaries
+            .reserve(blocks * self.geometry.summaries_len());
+        self.signs
+            .reserve(blocks.div_ceil(GROUP) * self.group_bytes());
+    }
+
     pub(crate) fn push(&mut self, meta: BlockMeta, summaries: &[u8]) {
         let g = self.geometry;
         debug_assert_eq!(summaries.len(), g.summaries_len());

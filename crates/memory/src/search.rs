@@ -236,6 +236,18 @@ fn top_u16(scores: &[u16], c: usize) -> Vec<u64> {
     out
 }
 
+/// Σ of the squared int4 values a nibble byte holds.
+static SQUARES: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let (lo, hi) = ((b & 15) as i32 - 8, (b >> 4) as i32 - 8);
+        t[b] = (lo * lo + hi * hi) as u8;
+        b += 1;
+    }
+    t
+};
+
 /// Per-slot int4 summary scores of `block`, as z-scores: the cosine of
 /// query and summary times √D (its standard deviation for random vectors is
 /// 1/√D).
@@ -249,9 +261,7 @@ pub fn summary_scores(index: &Index, queries: &Queries, block: usize, isa: Isa) 
     for s in queries.active() {
         let sum = &sums[s * sb..(s + 1) * sb];
         kernels::int4_dots(isa, queries.slot(s), sum, sb, &mut one);
-        let sq: i32 = crate::format::summary::values(sum)
-            .map(|v| v as i32 * v as i32)
-            .sum();
+        let sq: u32 = sum[2..].iter().map(|&b| SQUARES[b as usize] as u32).sum();
         let norm = crate::format::summary::scale(sum) * (sq as f32).sqrt();
         if norm > 0.0 {
             out[s] = one[0] / (queries.norm(s) * norm) * sqrt_d;
@@ -377,30 +387,60 @@ impl MemoryFile {
         res.timings.coarse = t0.elapsed();
 
         let t1 = Instant::now();
-        res.summary = res
-            .coarse
-            .iter()
-            .map(|&b| SlotScores {
+        let threads = p.threads.max(1);
+        res.summary = par_map(&res.coarse, threads, |&b| {
+            Ok(SlotScores {
                 block: b,
                 scores: summary_scores(index, &q, b as usize, isa),
             })
-            .collect();
+        })?;
         let fused = fuse(&res.summary, p.fusion);
         let fine_in = best(&res.summary, &fused, p.fine_candidates.max(p.k));
         res.timings.summary = t1.elapsed();
 
         let t2 = Instant::now();
         let tables = FineTables::new(&q, n_slots as usize);
-        let mut buf = Vec::new();
-        for h in &fine_in {
-            res.fine.push(SlotScores {
+        res.fine = par_map(&fine_in, threads, |h| {
+            let mut buf = Vec::new();
+            Ok(SlotScores {
                 block: h.block,
                 scores: fine_scores(self, &q, &tables, h.block, isa, &mut buf)?,
-            });
-        }
+            })
+        })?;
         let fused = fuse(&res.fine, p.fusion);
         res.hits = best(&res.fine, &fused, p.k);
         res.timings.fine = t2.elapsed();
         Ok(res)
     }
+}
+
+/// `f` over `items` in order, split into `threads` contiguous chunks run
+/// on scoped threads (one thread: no spawn).
+fn par_map<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&T) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    if threads <= 1 || items.len() < 2 * threads {
+        return items.iter().map(&f).collect();
+    }
+    let per = items.len().div_ceil(threads);
+    let parts: Vec<Result<Vec<R>>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = items
+            .chunks(per)
+            .map(|chunk| {
+                let f = &f;
+                sc.spawn(move || chunk.iter().map(f).collect::<Result<Vec<R>>>())
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("search thread panicked"))
+            .collect()
+    });
+    let mut out = Vec::with_capacity(items.len());
+    for p in parts {
+        out.extend(p?);
+    }
+    Ok(out)
 }

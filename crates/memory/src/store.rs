@@ -293,7 +293,13 @@ impl MemoryFile {
             blocks: 0,
         });
 
-        let scan = scan_records(path, &file, &header, len, mark.end)?;
+        // Opening reads about 1.3 KB at the start of every ~20 KB record:
+        // without readahead the disk delivers those pages, not the whole
+        // file.
+        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random);
+        let scan = scan_records(path, &file, &header, len, mark.end);
+        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Normal);
+        let scan = scan?;
         let end = scan.end;
         if let Some((offset, why)) = &scan.bad {
             if *offset < mark.end && len >= mark.end {
@@ -642,6 +648,11 @@ pub(crate) fn scan_records(
 ) -> Result<Scan> {
     let g = header.geometry;
     let mut index = Index::new(g);
+    // Full blocks are the common case: reserve for them, so a large
+    // index is not grown by doubling (which can leave half of it unused).
+    index.reserve(
+        (len.saturating_sub(header.data_start()) / g.record_len(g.block_tokens as usize)) as usize,
+    );
     let mut off = header.data_start();
     let mut first_token = 0u64;
     let mut head = vec![0u8; RECORD_HEADER + g.summaries_len()];

@@ -5,6 +5,7 @@ pub mod common;
 pub mod info;
 pub mod inspect;
 pub mod levels;
+pub mod memory;
 pub mod perplexity;
 pub mod quantize;
 pub mod run;

@@ -86,8 +86,16 @@ fn main() {
         spec.token_cos
     );
     let (mf, needles): (MemoryFile, Vec<Needle>) = if a.reuse && a.path.exists() {
-        // The generator's stream runs through every block, so the needles
-        // are saved next to the file rather than regenerated.
+        // A writer's open writes the index file if it is missing.
+        let t = Instant::now();
+        let w = MemoryFile::open(&a.path, None, Mode::Write).unwrap();
+        println!(
+            "writer open: {:.1} s ({} of {} blocks from the index file)",
+            t.elapsed().as_secs_f64(),
+            w.open_report().from_index_file,
+            w.len_blocks()
+        );
+        drop(w);
         let mf = MemoryFile::open(&a.path, None, Mode::Read).unwrap();
         let needles = read_needles(&a.path);
         (mf, needles)
@@ -130,14 +138,28 @@ fn main() {
         mf.index().memory_bytes() as f64 / mf.len_tokens() as f64
     );
     if a.reopen {
-        drop_cache(&a.path);
-        let t = Instant::now();
-        let r = MemoryFile::open(&a.path, None, Mode::Read).unwrap();
-        println!(
-            "reopen (index rebuilt from the records, page cache dropped first): {:.2} s for {} blocks",
-            t.elapsed().as_secs_f64(),
-            r.len_blocks()
-        );
+        let idx = memory::sidecar::path_for(&a.path);
+        for with_index in [true, false] {
+            drop_cache(&a.path);
+            if idx.exists() {
+                drop_cache(&idx);
+            }
+            let saved = idx.with_extension("idx.away");
+            if !with_index {
+                std::fs::rename(&idx, &saved).unwrap();
+            }
+            let t = Instant::now();
+            let r = MemoryFile::open(&a.path, None, Mode::Read).unwrap();
+            println!(
+                "reopen, page cache dropped first: {:.2} s for {} blocks, {} from the index file",
+                t.elapsed().as_secs_f64(),
+                r.len_blocks(),
+                r.open_report().from_index_file
+            );
+            if !with_index {
+                std::fs::rename(&saved, &idx).unwrap();
+            }
+        }
     }
 
     let all: Vec<u32> = (0..g.slots).collect();
@@ -228,6 +250,7 @@ fn main() {
         drop(mf);
         let _ = std::fs::remove_file(&a.path);
         let _ = std::fs::remove_file(needles_path(&a.path));
+        let _ = std::fs::remove_file(memory::sidecar::path_for(&a.path));
     }
 }
 

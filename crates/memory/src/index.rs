@@ -19,6 +19,18 @@ pub struct BlockMeta {
     pub crc: u32,
 }
 
+/// For a byte of two nibbles: bit 0 set when the low value (nibble − 8)
+/// is positive, bit 1 for the high one.
+static SIGN2: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = ((b & 15 > 8) as u8) | (((b >> 4 > 8) as u8) << 1);
+        b += 1;
+    }
+    t
+};
+
 #[derive(Clone, Debug)]
 pub struct Index {
     geometry: Geometry,
@@ -121,13 +133,12 @@ impl Index {
         let cb = g.code_bytes as usize;
         let base = group * self.group_bytes();
         for (s, sum) in summaries.chunks_exact(g.summary_bytes()).enumerate() {
-            for (b, pair) in sum[2..].chunks_exact(4).enumerate() {
+            for (b, nib) in sum[2..].chunks_exact(4).enumerate() {
                 // Four nibble bytes hold the eight values of code byte b.
-                let mut byte = 0u8;
-                for (i, &v) in pair.iter().enumerate() {
-                    byte |= ((v & 15 > 8) as u8) << (2 * i);
-                    byte |= ((v >> 4 > 8) as u8) << (2 * i + 1);
-                }
+                let byte = SIGN2[nib[0] as usize]
+                    | SIGN2[nib[1] as usize] << 2
+                    | SIGN2[nib[2] as usize] << 4
+                    | SIGN2[nib[3] as usize] << 6;
                 self.signs[base + (s * cb + b) * GROUP + lane] = byte;
             }
         }

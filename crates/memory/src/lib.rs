@@ -85,6 +85,7 @@ pub mod format;
 pub mod index;
 pub mod kernels;
 pub mod search;
+pub mod sidecar;
 pub mod store;
 pub mod synth;
 pub mod verify;

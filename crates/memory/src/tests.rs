@@ -2,6 +2,7 @@
 //! vs torn tail, locking, bad headers, write failures, search.
 
 use crate::format::{COMMIT_SLOT_STRIDE, HEADER_FIXED, RECORD_HEADER};
+use crate::sidecar;
 use crate::synth::{nth_block, OwnedBlock, Rng};
 use crate::*;
 use std::path::{Path, PathBuf};
@@ -82,7 +83,13 @@ fn records_round_trip_in_both_id_widths() {
         let mf = MemoryFile::open(&p, Some(&FP), Mode::Read).unwrap();
         assert_eq!(mf.len_blocks(), 37);
         assert_eq!(mf.header().params, b"params");
-        assert_eq!(mf.open_report(), &OpenReport::default());
+        assert_eq!(
+            mf.open_report(),
+            &OpenReport {
+                from_index_file: 37,
+                ..OpenReport::default()
+            }
+        );
         assert_prefix(&mf, &blocks);
         let tokens: u64 = blocks.iter().map(|b| b.ids.len() as u64).sum();
         assert_eq!(mf.len_tokens(), tokens);
@@ -190,7 +197,15 @@ fn damage_inside_committed_data_is_an_error_not_a_cut() {
         let mut b = good.clone();
         b[at] ^= 0x10;
         std::fs::write(&p, &b).unwrap();
+        // With the index file, open trusts it for the committed blocks (it
+        // checks only the last one's header): the damage shows on reading.
+        let mf = MemoryFile::open(&p, None, Mode::Read).unwrap();
+        assert!(
+            matches!(mf.read_block(block), Err(Error::RecordChecksum { block: bl, .. }) if bl == block)
+        );
+        drop(mf);
         for mode in [Mode::Read, Mode::Write] {
+            let _ = std::fs::remove_file(sidecar::path_for(&p));
             match MemoryFile::open(&p, None, mode) {
                 Err(Error::Damaged { block: bl, .. }) if header && bl == block => {}
                 Ok(mf) if !header => {
@@ -215,6 +230,7 @@ fn damage_inside_committed_data_is_an_error_not_a_cut() {
         let mut b = good.clone();
         b[off + 1] ^= 0x10;
         std::fs::write(&p, &b).unwrap();
+        let _ = std::fs::remove_file(sidecar::path_for(&p));
         MemoryFile::open(&p, None, Mode::Write)
             .unwrap_err()
             .to_string()
@@ -574,4 +590,66 @@ fn index_after_a_roll_back_equals_a_fresh_one() {
     assert_eq!(fresh.index().sign_groups(), mf.index().sign_groups());
     assert_eq!(fresh.index().all_summaries(), mf.index().all_summaries());
     assert_eq!(fresh.index().metas(), mf.index().metas());
+}
+
+#[test]
+fn the_index_file_gives_the_same_index_as_the_records() {
+    let d = dir();
+    let p = d.path().join("m.mem");
+    let idx = sidecar::path_for(&p);
+    let g = tiny();
+    build(&p, g, 12, 150, 7);
+    let with = MemoryFile::open(&p, None, Mode::Read).unwrap();
+    assert_eq!(with.open_report().from_index_file, 150);
+    let saved = std::fs::read(&idx).unwrap();
+    std::fs::remove_file(&idx).unwrap();
+    let without = MemoryFile::open(&p, None, Mode::Read).unwrap();
+    assert_eq!(without.open_report().from_index_file, 0);
+    let same = |a: &MemoryFile, b: &MemoryFile| {
+        assert_eq!(a.index().metas(), b.index().metas());
+        assert_eq!(a.index().all_summaries(), b.index().all_summaries());
+        assert_eq!(a.index().sign_groups(), b.index().sign_groups());
+    };
+    same(&with, &without);
+    assert!(verify(&p)
+        .unwrap()
+        .notes
+        .iter()
+        .any(|n| n.contains("no index file")));
+
+    // A damaged entry: the prefix before it is used, the rest read from
+    // the records; the next writer rewrites the file whole.
+    let el = saved.len().div_ceil(150) - 1;
+    let mut bad = saved.clone();
+    let at = 64 + 60 * (saved.len() - 64) / 150 + 5;
+    bad[at] ^= 1;
+    std::fs::write(&idx, &bad).unwrap();
+    let part = MemoryFile::open(&p, None, Mode::Read).unwrap();
+    assert_eq!(part.open_report().from_index_file, 60, "entry length {el}");
+    same(&part, &without);
+    drop(MemoryFile::open(&p, None, Mode::Write).unwrap());
+    assert_eq!(std::fs::read(&idx).unwrap(), saved);
+
+    // The data file cut short: entries past its end are not used.
+    let m100 = with.index().meta(100).offset;
+    drop((with, without, part));
+    let bytes = std::fs::read(&p).unwrap();
+    std::fs::write(&p, &bytes[..m100 as usize + 3]).unwrap();
+    let cut = MemoryFile::open(&p, None, Mode::Read).unwrap();
+    assert_eq!(cut.len_blocks(), 100);
+    assert_eq!(cut.open_report().from_index_file, 100);
+    drop(cut);
+    std::fs::write(&p, &bytes).unwrap();
+
+    // Another file's index file is ignored.
+    let q = d.path().join("other.mem");
+    build(&q, g, 12, 150, 7);
+    std::fs::copy(sidecar::path_for(&q), &idx).unwrap();
+    let other = MemoryFile::open(&p, None, Mode::Read).unwrap();
+    assert_eq!(other.open_report().from_index_file, 0);
+    assert!(verify(&p)
+        .unwrap()
+        .notes
+        .iter()
+        .any(|n| n.contains("does not match")));
 }

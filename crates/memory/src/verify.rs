@@ -120,9 +120,17 @@ pub fn verify(path: &Path) -> Result<VerifyReport> {
     let mut first_token = 0u64;
     let mut rec = Vec::new();
     let mut last_good_end = off;
+    let mut metas = Vec::new();
     while off < len {
         match check_record(&file, path, &g, off, len, seq, first_token, &mut rec)? {
             Ok(h) => {
+                metas.push(crate::index::BlockMeta {
+                    offset: off,
+                    first_token,
+                    n_tokens: h.n_tokens,
+                    flags: h.flags,
+                    crc: h.crc,
+                });
                 rep.valid_blocks += 1;
                 rep.tokens += h.n_tokens as u64;
                 first_token += h.n_tokens as u64;
@@ -190,7 +198,70 @@ pub fn verify(path: &Path) -> Result<VerifyReport> {
             });
         }
     }
+    if rep.problems.is_empty() {
+        check_index_file(path, &file, &header, len, committed, &metas, &mut rep);
+    }
     Ok(rep)
+}
+
+/// The derived index file must agree with the records it covers (open
+/// checks only its last entry against the data file).
+fn check_index_file(
+    path: &Path,
+    file: &File,
+    header: &crate::Header,
+    len: u64,
+    committed: u64,
+    metas: &[crate::index::BlockMeta],
+    rep: &mut VerifyReport,
+) {
+    let idx = crate::sidecar::path_for(path);
+    if !idx.exists() {
+        rep.notes
+            .push("no index file: opening reads every record".into());
+        return;
+    }
+    match crate::sidecar::load(path, file, header, len, committed) {
+        None => rep.notes.push(format!(
+            "index file {} does not match this file; the next writer rewrites it",
+            idx.display()
+        )),
+        Some(l) => {
+            if let Some(i) = (0..l.index.len()).find(|&i| metas.get(i) != Some(l.index.meta(i))) {
+                rep.problems.push(Problem {
+                    block: Some(i as u64),
+                    offset: metas.get(i).map_or(0, |m| m.offset),
+                    what: format!(
+                        "the index file {} disagrees with this block; delete it (it is derived, and rebuilt)",
+                        idx.display()
+                    ),
+                });
+            } else if let Some(i) = (0..l.index.len()).find(|&i| {
+                l.index.summaries(i) != read_summaries(file, header, &metas[i]).as_slice()
+            }) {
+                rep.problems.push(Problem {
+                    block: Some(i as u64),
+                    offset: metas[i].offset,
+                    what: format!(
+                        "the index file {} holds other summaries for this block; delete it (it is derived, and rebuilt)",
+                        idx.display()
+                    ),
+                });
+            } else {
+                rep.notes.push(format!(
+                    "index file covers {} of {} blocks",
+                    l.index.len(),
+                    metas.len()
+                ));
+            }
+        }
+    }
+}
+
+fn read_summaries(file: &File, header: &crate::Header, m: &crate::index::BlockMeta) -> Vec<u8> {
+    let mut b = vec![0u8; header.geometry.summaries_len()];
+    let _ = file.read_exact_at(&mut b, m.offset + RECORD_HEADER as u64);
+    b
 }
 
 #[allow(clippy::too_many_arguments)]

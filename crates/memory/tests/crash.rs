@@ -62,7 +62,7 @@ fn sigkill_at_random_moments_leaves_a_clean_prefix() {
     let mut rng = Rng::new(42);
     let mut committed = 0u64;
     let mut grew = 0;
-    let (mut tails, mut past_commit) = (0, 0);
+    let (mut tails, mut past_commit, mut from_index_file) = (0, 0, 0);
     for kill in 0..KILLS {
         let mut child = Command::new(&exe)
             .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
@@ -104,6 +104,7 @@ fn sigkill_at_random_moments_leaves_a_clean_prefix() {
         let mf = MemoryFile::open(&path, Some(&FP), Mode::Write)
             .unwrap_or_else(|e| panic!("kill {kill}: {e}"));
         tails += (mf.open_report().tail_bytes > 0) as usize;
+        from_index_file += mf.open_report().from_index_file;
         past_commit += (mf.len_blocks() > reported) as usize;
         assert!(
             mf.len_blocks() >= committed,
@@ -122,13 +123,14 @@ fn sigkill_at_random_moments_leaves_a_clean_prefix() {
         }
         let rep = verify(&path).unwrap();
         assert!(
-            rep.is_clean() && rep.notes.is_empty(),
+            rep.is_clean() && !rep.notes.iter().any(|n| n.contains("torn")),
             "kill {kill} after the writer's open: {rep:?}"
         );
     }
     eprintln!(
         "{KILLS} kills: {committed} blocks committed at most, torn tails cut after {tails} kills, \
-         blocks past the last reported commit after {past_commit}"
+         blocks past the last reported commit after {past_commit}, \
+         {from_index_file} block entries read from index files"
     );
     assert!(
         committed > 0,
@@ -138,7 +140,7 @@ fn sigkill_at_random_moments_leaves_a_clean_prefix() {
     // No temporary creation file is left behind.
     let names: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
-        .map(|e| e.unwrap().file_name())
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(!names.iter().any(|n| n.contains("creating")), "{names:?}");
 }

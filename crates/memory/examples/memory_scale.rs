@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p cachefit-memory --example memory_scale -- \
-//!     --tokens 100000000 --path /tmp/scale.mem [--keep] [--reuse] [--cold] [--reopen]
+//!     --tokens 100000000 --path /tmp/scale.mem [--keep] [--reuse] [--cold] [--reopen] [--no-search]
 //! ```
 //! `--reuse` searches an existing file made with the same options (the
 //! needles are regenerated from the seed, not read back); `--cold` drops
@@ -25,6 +25,7 @@ struct Args {
     reuse: bool,
     cold: bool,
     reopen: bool,
+    no_search: bool,
     per_strength: usize,
 }
 
@@ -36,6 +37,7 @@ fn args() -> Args {
         reuse: false,
         cold: false,
         reopen: false,
+        no_search: false,
         per_strength: 16,
     };
     let mut it = std::env::args().skip(1);
@@ -49,6 +51,7 @@ fn args() -> Args {
             "--reuse" => a.reuse = true,
             "--cold" => a.cold = true,
             "--reopen" => a.reopen = true,
+            "--no-search" => a.no_search = true,
             _ => panic!("unknown option {k}"),
         }
     }
@@ -163,7 +166,7 @@ fn main() {
     }
 
     let all: Vec<u32> = (0..g.slots).collect();
-    if std::env::var_os("MEMORY_ONLY_OPEN").is_some() {
+    if a.no_search {
         return;
     }
     let variants: Vec<(&str, SearchParams)> = vec![
@@ -179,9 +182,17 @@ fn main() {
             },
         ),
         (
-            "18 coarse slots",
+            "18 coarse slots (every other one)",
             SearchParams {
                 coarse_slots: Some(all.iter().copied().step_by(2).collect()),
+                ..SearchParams::default()
+            },
+        ),
+        (ORACLE, SearchParams::default()),
+        (
+            "fine pass on 64",
+            SearchParams {
+                fine_candidates: 64,
                 ..SearchParams::default()
             },
         ),
@@ -200,46 +211,80 @@ fn main() {
             },
         ),
     ];
-    for (name, p) in &variants {
-        let mut total = Vec::new();
-        let (mut coarse, mut summary, mut fine) = (Vec::new(), Vec::new(), Vec::new());
-        let mut by_strength: Vec<(f32, [usize; 4])> = Vec::new();
-        // One untimed search first: thread start-up and page faults of the
-        // index after writing.
-        mf.search(&needles[0].query, p).unwrap();
-        for n in &needles {
+    // Round-robin over the variants for each query, so changes in the
+    // machine's load (shared with other work) hit all variants alike.
+    #[derive(Default)]
+    struct Stats {
+        total: Vec<Duration>,
+        coarse: Vec<Duration>,
+        summary: Vec<Duration>,
+        fine: Vec<Duration>,
+        by_strength: Vec<(f32, [usize; 4])>,
+        worst_summary_rank: usize,
+    }
+    let mut stats: Vec<Stats> = variants.iter().map(|_| Stats::default()).collect();
+    // Untimed: thread start-up and page faults of the index.
+    mf.search(&needles[0].query, &variants[0].1).unwrap();
+    for n in &needles {
+        if !a.cold {
+            // Warm: the candidates' records are in the page cache.
+            mf.search(&n.query, &variants[0].1).unwrap();
+        }
+        for ((name, p), st) in variants.iter().zip(stats.iter_mut()) {
+            let mut p = p.clone();
+            if *name == ORACLE {
+                p.coarse_slots = Some(needle_slots(&mf, n));
+            }
             if a.cold {
                 drop_cache(&a.path);
             }
             let t = Instant::now();
-            let r = mf.search(&n.query, p).unwrap();
-            total.push(t.elapsed());
-            coarse.push(r.timings.coarse);
-            summary.push(r.timings.summary);
-            fine.push(r.timings.fine);
-            let i = match by_strength.iter().position(|(c, _)| *c == n.summary_cos) {
+            let r = mf.search(&n.query, &p).unwrap();
+            st.total.push(t.elapsed());
+            st.coarse.push(r.timings.coarse);
+            st.summary.push(r.timings.summary);
+            st.fine.push(r.timings.fine);
+            let i = match st.by_strength.iter().position(|(c, _)| *c == n.summary_cos) {
                 Some(i) => i,
                 None => {
-                    by_strength.push((n.summary_cos, [0; 4]));
-                    by_strength.len() - 1
+                    st.by_strength.push((n.summary_cos, [0; 4]));
+                    st.by_strength.len() - 1
                 }
             };
-            let s = &mut by_strength[i].1;
+            let s = &mut st.by_strength[i].1;
             s[0] += 1;
             s[1] += r.coarse.contains(&n.block) as usize;
             s[2] += r.fine.iter().any(|x| x.block == n.block) as usize;
             s[3] += r.hits.iter().any(|h| h.block == n.block) as usize;
+            if let Some(rank) = r.fine.iter().position(|x| x.block == n.block) {
+                st.worst_summary_rank = st.worst_summary_rank.max(rank + 1);
+            }
         }
+    }
+    println!(
+        "searches ({}): {} queries per variant",
+        if a.cold {
+            "page cache dropped before each"
+        } else {
+            "warm page cache"
+        },
+        needles.len()
+    );
+    for ((name, p), mut st) in variants.iter().zip(stats) {
         println!(
             "{name}: latency ms median {:.1} p90 {:.1} max {:.1} (coarse {:.1}, summary {:.1}, fine {:.1} median)",
-            pct(&mut total.clone(), 0.5),
-            pct(&mut total.clone(), 0.9),
-            pct(&mut total, 1.0),
-            pct(&mut coarse, 0.5),
-            pct(&mut summary, 0.5),
-            pct(&mut fine, 0.5),
+            pct(&mut st.total.clone(), 0.5),
+            pct(&mut st.total.clone(), 0.9),
+            pct(&mut st.total, 1.0),
+            pct(&mut st.coarse, 0.5),
+            pct(&mut st.summary, 0.5),
+            pct(&mut st.fine, 0.5),
         );
-        for (c, s) in by_strength {
+        println!(
+            "    worst summary-tier rank of a needle it kept: {}",
+            st.worst_summary_rank
+        );
+        for (c, s) in st.by_strength {
             println!(
                 "    summary cos {c:.1}: kept by coarse {}/{}, by summary {}/{}, in top {} {}/{}",
                 s[1], s[0], s[2], s[0], p.k, s[3], s[0]
@@ -252,6 +297,24 @@ fn main() {
         let _ = std::fs::remove_file(needles_path(&a.path));
         let _ = std::fs::remove_file(memory::sidecar::path_for(&a.path));
     }
+}
+
+const ORACLE: &str = "12 coarse slots: the needle's own (as if the retrieving slots were known)";
+
+/// The 12 slots in which a needle shows: those whose summary leans most
+/// toward the query (the generator does not record them).
+fn needle_slots(mf: &MemoryFile, n: &Needle) -> Vec<u32> {
+    let q = memory::search::Queries::new(mf.index(), &n.query).unwrap();
+    let z = memory::search::summary_scores(
+        mf.index(),
+        &q,
+        n.block as usize,
+        memory::kernels::Isa::selected(),
+    );
+    let mut order: Vec<u32> = (0..z.len() as u32).collect();
+    order.sort_by(|&a, &b| z[b as usize].total_cmp(&z[a as usize]));
+    order.truncate(12);
+    order
 }
 
 fn needles_path(p: &std::path::Path) -> PathBuf {

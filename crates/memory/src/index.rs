@@ -37,9 +37,10 @@ pub struct Index {
     metas: Vec<BlockMeta>,
     /// `[block][slot][summary bytes]`, as in the records.
     summaries: Vec<u8>,
-    /// `[group][slot][code byte][GROUP]`: bit `d` of a block's slot entry
-    /// is set when the summary's value `d` is positive.
-    signs: Vec<u8>,
+    /// Per slot `[group][code byte][GROUP]`: bit `d` of a block's entry is
+    /// set when the summary's value `d` is positive. One stream per slot,
+    /// so scanning fewer slots reads fewer bytes.
+    signs: Vec<Vec<u8>>,
     tokens: u64,
 }
 
@@ -49,7 +50,7 @@ impl Index {
             geometry,
             metas: Vec::new(),
             summaries: Vec::new(),
-            signs: Vec::new(),
+            signs: vec![Vec::new(); geometry.slots as usize],
             tokens: 0,
         }
     }
@@ -98,28 +99,32 @@ impl Index {
         &self.summaries
     }
 
-    /// Whole groups of transposed sign bits (the last one zero-padded).
-    pub fn sign_groups(&self) -> &[u8] {
-        &self.signs
+    /// Slot `slot`'s whole groups of transposed sign bits (the last one
+    /// zero-padded).
+    pub fn signs(&self, slot: usize) -> &[u8] {
+        &self.signs[slot]
     }
 
+    /// Bytes of one group in one slot's stream.
     pub fn group_bytes(&self) -> usize {
-        self.geometry.slots as usize * self.geometry.code_bytes as usize * GROUP
+        self.geometry.code_bytes as usize * GROUP
     }
 
     /// Bytes of RAM the index holds (capacity, not just length).
     pub fn memory_bytes(&self) -> usize {
         self.metas.capacity() * std::mem::size_of::<BlockMeta>()
             + self.summaries.capacity()
-            + self.signs.capacity()
+            + self.signs.iter().map(Vec::capacity).sum::<usize>()
     }
 
     pub(crate) fn reserve(&mut self, blocks: usize) {
         self.metas.reserve(blocks);
         self.summaries
             .reserve(blocks * self.geometry.summaries_len());
-        self.signs
-            .reserve(blocks.div_ceil(GROUP) * self.group_bytes());
+        let gb = self.group_bytes();
+        for s in &mut self.signs {
+            s.reserve(blocks.div_ceil(GROUP) * gb);
+        }
     }
 
     pub(crate) fn push(&mut self, meta: BlockMeta, summaries: &[u8]) {
@@ -127,11 +132,13 @@ impl Index {
         debug_assert_eq!(summaries.len(), g.summaries_len());
         let block = self.metas.len();
         let (group, lane) = (block / GROUP, block % GROUP);
+        let gb = self.group_bytes();
         if lane == 0 {
-            self.signs.resize((group + 1) * self.group_bytes(), 0);
+            for s in &mut self.signs {
+                s.resize((group + 1) * gb, 0);
+            }
         }
-        let cb = g.code_bytes as usize;
-        let base = group * self.group_bytes();
+        let base = group * gb;
         for (s, sum) in summaries.chunks_exact(g.summary_bytes()).enumerate() {
             for (b, nib) in sum[2..].chunks_exact(4).enumerate() {
                 // Four nibble bytes hold the eight values of code byte b.
@@ -139,7 +146,7 @@ impl Index {
                     | SIGN2[nib[1] as usize] << 2
                     | SIGN2[nib[2] as usize] << 4
                     | SIGN2[nib[3] as usize] << 6;
-                self.signs[base + (s * cb + b) * GROUP + lane] = byte;
+                self.signs[s][base + b * GROUP + lane] = byte;
             }
         }
         self.summaries.extend_from_slice(summaries);
@@ -160,12 +167,13 @@ impl Index {
             .truncate(blocks * self.geometry.summaries_len());
         let groups = blocks.div_ceil(GROUP);
         let gb = self.group_bytes();
-        self.signs.truncate(groups * gb);
-        if !blocks.is_multiple_of(GROUP) {
-            // Zero the dropped lanes of the last group, as `push` expects.
-            let base = (groups - 1) * gb;
-            for row in self.signs[base..].chunks_exact_mut(GROUP) {
-                row[blocks % GROUP..].fill(0);
+        for s in &mut self.signs {
+            s.truncate(groups * gb);
+            if !blocks.is_multiple_of(GROUP) {
+                // Zero the dropped lanes of the last group, as `push` expects.
+                for row in s[(groups - 1) * gb..].chunks_exact_mut(GROUP) {
+                    row[blocks % GROUP..].fill(0);
+                }
             }
         }
     }

@@ -187,17 +187,19 @@ fn coarse_raw(
     let n = index.len();
     let groups = n.div_ceil(GROUP);
     let mut out = vec![0u16; groups * GROUP];
-    let n_slots = index.geometry().slots as usize;
     let gb = index.group_bytes();
-    let data = index.sign_groups();
     let threads = threads.clamp(1, groups.max(1));
     let per = groups.div_ceil(threads).max(1);
     std::thread::scope(|sc| {
         for (i, chunk) in out.chunks_mut(per * GROUP).enumerate() {
             let g0 = i * per;
             let g1 = g0 + chunk.len() / GROUP;
-            let (t, slots, data) = (&t, &slots, &data[g0 * gb..g1 * gb]);
-            sc.spawn(move || kernels::fast_scan(isa, t, slots, n_slots, data, chunk));
+            let streams: Vec<&[u8]> = slots
+                .iter()
+                .map(|&s| &index.signs(s as usize)[g0 * gb..g1 * gb])
+                .collect();
+            let t = &t;
+            sc.spawn(move || kernels::fast_scan(isa, t, &streams, chunk));
         }
     });
     out.truncate(n);
@@ -399,6 +401,11 @@ impl MemoryFile {
         res.timings.summary = t1.elapsed();
 
         let t2 = Instant::now();
+        // Ask the kernel for every candidate record at once, so a cold file
+        // is read with the disk's parallelism instead of one pread at a time.
+        for h in &fine_in {
+            self.prefetch(h.block);
+        }
         let tables = FineTables::new(&q, n_slots as usize);
         res.fine = par_map(&fine_in, threads, |h| {
             let mut buf = Vec::new();

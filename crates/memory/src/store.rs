@@ -574,6 +574,20 @@ impl MemoryFile {
         }
     }
 
+    /// Hint that block `block` will be read soon (`POSIX_FADV_WILLNEED`:
+    /// the kernel starts reading it without waiting).
+    pub fn prefetch(&self, block: u64) {
+        if let Some(m) = self.index.metas().get(block as usize) {
+            let len = self.header.geometry.record_len(m.n_tokens as usize);
+            let _ = rustix::fs::fadvise(
+                &self.file,
+                m.offset,
+                std::num::NonZeroU64::new(len),
+                rustix::fs::Advice::WillNeed,
+            );
+        }
+    }
+
     /// Read block `block` back (checksum verified).
     pub fn read_block(&self, block: u64) -> Result<Block> {
         let mut buf = Vec::new();

@@ -232,38 +232,28 @@ impl FastScanTables {
     }
 }
 
-/// Score groups of [`GROUP`] blocks. `data` holds whole groups of
-/// transposed sign summaries, laid `[group][slot][code byte][GROUP]` (each
-/// group `n_slots · code_bytes · GROUP` bytes: byte `b` of the group's block
-/// `j` in slot `s` at `(s·code_bytes + b)·GROUP + j`); `slots` names the
-/// coarse slots, in the order of `t`'s tables. `out` gets `GROUP` u16 sums
-/// per group of `data`.
-pub fn fast_scan(
-    isa: Isa,
-    t: &FastScanTables,
-    slots: &[u32],
-    n_slots: usize,
-    data: &[u8],
-    out: &mut [u16],
-) {
+/// Score groups of [`GROUP`] blocks. `slots[i]` is coarse slot `i`'s
+/// transposed sign summaries (the slot of `t`'s tables `i`) from the first
+/// group to score on: each group `code_bytes · GROUP` bytes, byte `b` of the
+/// group's block `j` at `b·GROUP + j`. `out` gets `GROUP` u16 sums per
+/// group.
+pub fn fast_scan(isa: Isa, t: &FastScanTables, slots: &[&[u8]], out: &mut [u16]) {
     assert_eq!(slots.len(), t.n_slots());
-    assert!(slots.iter().all(|&s| (s as usize) < n_slots));
-    let group_bytes = n_slots * t.code_bytes * GROUP;
     assert_eq!(out.len() % GROUP, 0);
-    assert_eq!(data.len(), out.len() / GROUP * group_bytes);
+    let need = out.len() / GROUP * t.code_bytes * GROUP;
+    assert!(slots.iter().all(|s| s.len() >= need));
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 if isa.is_supported() => {
-            // SAFETY: AVX-512 BW support was just checked; `data` holds one
-            // whole group per GROUP outputs and every slot index is below
-            // `n_slots` (asserted above).
-            unsafe { x86::fast_scan_avx512(t, slots, n_slots, data, out) }
+            // SAFETY: AVX-512 BW support was just checked; every slot holds
+            // one whole group per GROUP outputs (asserted above).
+            unsafe { x86::fast_scan_avx512(t, slots, out) }
         }
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::Avx512 if Isa::Avx2.is_supported() => {
             // SAFETY: AVX2 support was just checked; sizes as above.
-            unsafe { x86::fast_scan_avx2(t, slots, n_slots, data, out) }
+            unsafe { x86::fast_scan_avx2(t, slots, out) }
         }
-        _ => scalar::fast_scan(t, slots, n_slots, data, out),
+        _ => scalar::fast_scan(t, slots, out),
     }
 }

@@ -27,15 +27,13 @@ pub fn int4_dot(q: &[f32], s: &[u8]) -> f32 {
 
 /// u16 sums of table lookups over every coarse slot and code byte, for
 /// each block of each group (see [`super::fast_scan`]).
-pub fn fast_scan(t: &FastScanTables, slots: &[u32], n_slots: usize, data: &[u8], out: &mut [u16]) {
+pub fn fast_scan(t: &FastScanTables, slots: &[&[u8]], out: &mut [u16]) {
     let cb = t.code_bytes;
-    let group_bytes = n_slots * cb * GROUP;
     for (g, o) in out.chunks_exact_mut(GROUP).enumerate() {
         o.fill(0);
-        let group = &data[g * group_bytes..(g + 1) * group_bytes];
-        for (si, &slot) in slots.iter().enumerate() {
+        for (si, slot) in slots.iter().enumerate() {
             for b in 0..cb {
-                let row = &group[(slot as usize * cb + b) * GROUP..][..GROUP];
+                let row = &slot[(g * cb + b) * GROUP..][..GROUP];
                 let tab = &t.tables[(si * cb + b) * 32..][..32];
                 for (acc, &c) in o.iter_mut().zip(row) {
                     let pair = tab[(c & 15) as usize] + tab[16 + (c >> 4) as usize];

@@ -118,8 +118,16 @@ fn fast_scan_matches_scalar_exactly_and_tracks_float_scores() {
             let coarse: Vec<u32> = (0..n_slots as u32)
                 .filter(|s| s % 2 == 0 || n_slots < 3)
                 .collect();
-            let data: Vec<u8> = (0..groups * n_slots * cb * GROUP)
-                .map(|_| r.next() as u8)
+            let data: Vec<Vec<u8>> = (0..n_slots)
+                .map(|_| {
+                    (0..groups * cb * GROUP + 7)
+                        .map(|_| r.next() as u8)
+                        .collect()
+                })
+                .collect();
+            let streams: Vec<&[u8]> = coarse
+                .iter()
+                .map(|&s| data[s as usize].as_slice())
                 .collect();
             let qs: Vec<Vec<f32>> = coarse.iter().map(|_| rand_q(&mut r, cb * 8)).collect();
             let qrefs: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
@@ -129,10 +137,10 @@ fn fast_scan_matches_scalar_exactly_and_tracks_float_scores() {
                 .collect();
             let t = FastScanTables::new(&qrefs, &w);
             let mut want = vec![0u16; groups * GROUP];
-            scalar::fast_scan(&t, &coarse, n_slots, &data, &mut want);
+            scalar::fast_scan(&t, &streams, &mut want);
             for isa in Isa::supported() {
                 let mut got = vec![1u16; groups * GROUP];
-                fast_scan(isa, &t, &coarse, n_slots, &data, &mut got);
+                fast_scan(isa, &t, &streams, &mut got);
                 assert_eq!(
                     got,
                     want,
@@ -142,13 +150,12 @@ fn fast_scan_matches_scalar_exactly_and_tracks_float_scores() {
             }
             // The quantized score follows the float one: offset + step·u16
             // is within half a step per table of Σ w·<q, bits>.
-            let group_bytes = n_slots * cb * GROUP;
             for (blk, &got) in want.iter().enumerate() {
                 let (g, j) = (blk / GROUP, blk % GROUP);
                 let mut exact = 0f32;
                 for (si, &s) in coarse.iter().enumerate() {
                     for d in 0..cb * 8 {
-                        let byte = data[g * group_bytes + (s as usize * cb + d / 8) * GROUP + j];
+                        let byte = data[s as usize][(g * cb + d / 8) * GROUP + j];
                         if byte >> (d % 8) & 1 == 1 {
                             exact += w[si] * qs[si][d];
                         }

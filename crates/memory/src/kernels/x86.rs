@@ -127,32 +127,25 @@ pub unsafe fn int4_dot_avx2(q: &[f32], s: &[u8]) -> f32 {
 }
 
 /// # Safety
-/// The CPU must support AVX2; `data.len() = out.len()/GROUP · group bytes`,
-/// every slot index below `n_slots`, `t` built for `slots.len()` slots.
+/// The CPU must support AVX2; every slot holds `out.len()/GROUP` groups of
+/// `code_bytes · GROUP` bytes; `t` is built for `slots.len()` slots.
 #[target_feature(enable = "avx2")]
-pub unsafe fn fast_scan_avx2(
-    t: &FastScanTables,
-    slots: &[u32],
-    n_slots: usize,
-    data: &[u8],
-    out: &mut [u16],
-) {
+pub unsafe fn fast_scan_avx2(t: &FastScanTables, slots: &[&[u8]], out: &mut [u16]) {
     let cb = t.code_bytes;
-    let group_bytes = n_slots * cb * GROUP;
     let m = _mm256_set1_epi8(15);
     let low = _mm256_set1_epi16(0xff);
     for g in 0..out.len() / GROUP {
         for half in 0..2 {
             let (mut even, mut odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-            for (si, &slot) in slots.iter().enumerate() {
+            for (si, slot) in slots.iter().enumerate() {
                 for b in 0..cb {
-                    let row = g * group_bytes + (slot as usize * cb + b) * GROUP + half * 32;
+                    let row = (g * cb + b) * GROUP + half * 32;
                     let tab = (si * cb + b) * 32;
-                    // SAFETY: row + 32 <= (g + 1)·group_bytes <= data.len()
-                    // since slot < n_slots, b < cb; tab + 32 <= tables.len().
+                    // SAFETY: row + 32 <= (g + 1)·cb·GROUP <= slot.len()
+                    // since b < cb; tab + 32 <= tables.len().
                     let (v, tl, th) = unsafe {
                         (
-                            _mm256_loadu_si256(data.as_ptr().add(row) as *const __m256i),
+                            _mm256_loadu_si256(slot.as_ptr().add(row) as *const __m256i),
                             _mm256_broadcastsi128_si256(_mm_loadu_si128(
                                 t.tables.as_ptr().add(tab) as *const __m128i,
                             )),
@@ -193,30 +186,23 @@ pub unsafe fn fast_scan_avx2(
 /// # Safety
 /// The CPU must support AVX-512 F/BW; sizes as [`fast_scan_avx2`].
 #[target_feature(enable = "avx512f,avx512bw,avx2")]
-pub unsafe fn fast_scan_avx512(
-    t: &FastScanTables,
-    slots: &[u32],
-    n_slots: usize,
-    data: &[u8],
-    out: &mut [u16],
-) {
+pub unsafe fn fast_scan_avx512(t: &FastScanTables, slots: &[&[u8]], out: &mut [u16]) {
     let cb = t.code_bytes;
-    let group_bytes = n_slots * cb * GROUP;
     let m = _mm512_set1_epi8(15);
     let low = _mm512_set1_epi16(0xff);
     let first = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
     let second = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
     for g in 0..out.len() / GROUP {
         let (mut even, mut odd) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-        for (si, &slot) in slots.iter().enumerate() {
+        for (si, slot) in slots.iter().enumerate() {
             for b in 0..cb {
-                let row = g * group_bytes + (slot as usize * cb + b) * GROUP;
+                let row = (g * cb + b) * GROUP;
                 let tab = (si * cb + b) * 32;
-                // SAFETY: row + 64 <= (g + 1)·group_bytes <= data.len();
+                // SAFETY: row + 64 <= (g + 1)·cb·GROUP <= slot.len();
                 // tab + 32 <= tables.len().
                 let (v, tl, th) = unsafe {
                     (
-                        _mm512_loadu_si512(data.as_ptr().add(row) as *const _),
+                        _mm512_loadu_si512(slot.as_ptr().add(row) as *const _),
                         _mm512_broadcast_i32x4(_mm_loadu_si128(
                             t.tables.as_ptr().add(tab) as *const __m128i
                         )),

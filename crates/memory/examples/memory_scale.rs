@@ -27,6 +27,8 @@ struct Args {
     reopen: bool,
     no_search: bool,
     per_strength: usize,
+    /// Only the variants whose names contain one of these.
+    variants: Vec<String>,
 }
 
 fn args() -> Args {
@@ -39,6 +41,7 @@ fn args() -> Args {
         reopen: false,
         no_search: false,
         per_strength: 16,
+        variants: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -52,6 +55,7 @@ fn args() -> Args {
             "--cold" => a.cold = true,
             "--reopen" => a.reopen = true,
             "--no-search" => a.no_search = true,
+            "--variant" => a.variants.push(val()),
             _ => panic!("unknown option {k}"),
         }
     }
@@ -190,6 +194,13 @@ fn main() {
         ),
         (ORACLE, SearchParams::default()),
         (
+            "12 coarse slots: 0..12 (a prefix; the needles' slots are random, so recall drops)",
+            SearchParams {
+                coarse_slots: Some((0..12).collect()),
+                ..SearchParams::default()
+            },
+        ),
+        (
             "fine pass on 64",
             SearchParams {
                 fine_candidates: 64,
@@ -222,6 +233,12 @@ fn main() {
         by_strength: Vec<(f32, [usize; 4])>,
         worst_summary_rank: usize,
     }
+    let variants: Vec<(&str, SearchParams)> = variants
+        .into_iter()
+        .filter(|(name, _)| {
+            a.variants.is_empty() || a.variants.iter().any(|v| name.contains(v.as_str()))
+        })
+        .collect();
     let mut stats: Vec<Stats> = variants.iter().map(|_| Stats::default()).collect();
     // Untimed: thread start-up and page faults of the index.
     mf.search(&needles[0].query, &variants[0].1).unwrap();

@@ -18,7 +18,7 @@
 //! (reciprocal ranks among the candidates).
 
 use crate::error::{Error, Result};
-use crate::index::Index;
+use crate::index::{Index, TILE_GROUPS};
 use crate::kernels::{self, FastScanTables, Isa, GROUP};
 use crate::store::MemoryFile;
 use std::time::{Duration, Instant};
@@ -185,21 +185,26 @@ fn coarse_raw(
         .collect();
     let t = FastScanTables::new(&qs, &w);
     let n = index.len();
-    let groups = n.div_ceil(GROUP);
-    let mut out = vec![0u16; groups * GROUP];
-    let gb = index.group_bytes();
-    let threads = threads.clamp(1, groups.max(1));
-    let per = groups.div_ceil(threads).max(1);
+    let per_tile = GROUP * TILE_GROUPS;
+    let tiles = n.div_ceil(per_tile);
+    let mut out = vec![0u16; tiles * per_tile];
+    let (tb, rb) = (index.tile_bytes(), index.run_bytes());
+    let data = index.sign_tiles();
+    let threads = threads.clamp(1, tiles.max(1));
+    let per = tiles.div_ceil(threads).max(1);
     std::thread::scope(|sc| {
-        for (i, chunk) in out.chunks_mut(per * GROUP).enumerate() {
-            let g0 = i * per;
-            let g1 = g0 + chunk.len() / GROUP;
-            let streams: Vec<&[u8]> = slots
-                .iter()
-                .map(|&s| &index.signs(s as usize)[g0 * gb..g1 * gb])
-                .collect();
-            let t = &t;
-            sc.spawn(move || kernels::fast_scan(isa, t, &streams, chunk));
+        for (i, chunk) in out.chunks_mut(per * per_tile).enumerate() {
+            let (t, slots) = (&t, &slots);
+            sc.spawn(move || {
+                for (j, o) in chunk.chunks_mut(per_tile).enumerate() {
+                    let tile = &data[(i * per + j) * tb..][..tb];
+                    let runs: Vec<&[u8]> = slots
+                        .iter()
+                        .map(|&s| &tile[s as usize * rb..][..rb])
+                        .collect();
+                    kernels::fast_scan(isa, t, &runs, o);
+                }
+            });
         }
     });
     out.truncate(n);

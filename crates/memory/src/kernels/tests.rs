@@ -114,7 +114,7 @@ fn summary_quantize_round_trips_within_half_a_step() {
 fn fast_scan_matches_scalar_exactly_and_tracks_float_scores() {
     let mut r = Rng::new(5);
     for (n_slots, cb) in [(1usize, 1usize), (3, 2), (5, 8), (36, 8), (2, 9)] {
-        for groups in [1usize, 2, 5] {
+        for groups in [1usize, 2, 5, 17, 33] {
             let coarse: Vec<u32> = (0..n_slots as u32)
                 .filter(|s| s % 2 == 0 || n_slots < 3)
                 .collect();

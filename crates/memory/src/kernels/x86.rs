@@ -126,58 +126,82 @@ pub unsafe fn int4_dot_avx2(q: &[f32], s: &[u8]) -> f32 {
     acc * crate::format::summary::scale(s)
 }
 
+/// Groups summed per pass over the slots: each slot's run of up to 16
+/// groups (8 KB for 8-byte codes) is read whole before the next slot's,
+/// with the sums kept in L1, so a scan of every slot reads the index's
+/// tiles front to back (see [`crate::index`]).
+const TILE: usize = 16;
+
 /// # Safety
 /// The CPU must support AVX2; every slot holds `out.len()/GROUP` groups of
 /// `code_bytes · GROUP` bytes; `t` is built for `slots.len()` slots.
 #[target_feature(enable = "avx2")]
 pub unsafe fn fast_scan_avx2(t: &FastScanTables, slots: &[&[u8]], out: &mut [u16]) {
     let cb = t.code_bytes;
+    let groups = out.len() / GROUP;
     let m = _mm256_set1_epi8(15);
     let low = _mm256_set1_epi16(0xff);
-    for g in 0..out.len() / GROUP {
-        for half in 0..2 {
-            let (mut even, mut odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-            for (si, slot) in slots.iter().enumerate() {
-                for b in 0..cb {
-                    let row = (g * cb + b) * GROUP + half * 32;
-                    let tab = (si * cb + b) * 32;
-                    // SAFETY: row + 32 <= (g + 1)·cb·GROUP <= slot.len()
-                    // since b < cb; tab + 32 <= tables.len().
-                    let (v, tl, th) = unsafe {
-                        (
-                            _mm256_loadu_si256(slot.as_ptr().add(row) as *const __m256i),
-                            _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                                t.tables.as_ptr().add(tab) as *const __m128i,
-                            )),
-                            _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                                t.tables.as_ptr().add(tab + 16) as *const __m128i,
-                            )),
-                        )
-                    };
-                    let lo = _mm256_and_si256(v, m);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-                    // Entries are at most 127, so a pair fits a byte.
-                    let s =
-                        _mm256_add_epi8(_mm256_shuffle_epi8(tl, lo), _mm256_shuffle_epi8(th, hi));
-                    even = _mm256_add_epi16(even, _mm256_and_si256(s, low));
-                    odd = _mm256_add_epi16(odd, _mm256_srli_epi16(s, 8));
+    // Per group of the tile: even and odd blocks of both 32-block halves.
+    let mut acc = [_mm256_setzero_si256(); 4 * TILE];
+    for t0 in (0..groups).step_by(TILE) {
+        let tn = TILE.min(groups - t0);
+        acc.fill(_mm256_setzero_si256());
+        for (si, slot) in slots.iter().enumerate() {
+            for g in 0..tn {
+                for half in 0..2 {
+                    let (mut even, mut odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                    for b in 0..cb {
+                        let row = ((t0 + g) * cb + b) * GROUP + half * 32;
+                        let tab = (si * cb + b) * 32;
+                        // SAFETY: row + 32 <= (t0 + g + 1)·cb·GROUP <=
+                        // slot.len() since b < cb and t0 + g < groups;
+                        // tab + 32 <= tables.len().
+                        let (v, tl, th) = unsafe {
+                            (
+                                _mm256_loadu_si256(slot.as_ptr().add(row) as *const __m256i),
+                                _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                    t.tables.as_ptr().add(tab) as *const __m128i,
+                                )),
+                                _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                    t.tables.as_ptr().add(tab + 16) as *const __m128i,
+                                )),
+                            )
+                        };
+                        let lo = _mm256_and_si256(v, m);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+                        // Entries are at most 127, so a pair fits a byte.
+                        let s = _mm256_add_epi8(
+                            _mm256_shuffle_epi8(tl, lo),
+                            _mm256_shuffle_epi8(th, hi),
+                        );
+                        even = _mm256_add_epi16(even, _mm256_and_si256(s, low));
+                        odd = _mm256_add_epi16(odd, _mm256_srli_epi16(s, 8));
+                    }
+                    let k = 4 * g + 2 * half;
+                    acc[k] = _mm256_add_epi16(acc[k], even);
+                    acc[k + 1] = _mm256_add_epi16(acc[k + 1], odd);
                 }
             }
-            // u16 lane i of `even` is block 2i, of `odd` block 2i + 1 (per
-            // 128-bit lane); interleave them back into block order.
-            let lo = _mm256_unpacklo_epi16(even, odd);
-            let hi = _mm256_unpackhi_epi16(even, odd);
-            let o = g * GROUP + half * 32;
-            // SAFETY: o + 32 <= (g + 1)·GROUP <= out.len().
-            unsafe {
-                _mm256_storeu_si256(
-                    out.as_mut_ptr().add(o) as *mut __m256i,
-                    _mm256_permute2x128_si256::<0x20>(lo, hi),
-                );
-                _mm256_storeu_si256(
-                    out.as_mut_ptr().add(o + 16) as *mut __m256i,
-                    _mm256_permute2x128_si256::<0x31>(lo, hi),
-                );
+        }
+        for g in 0..tn {
+            for half in 0..2 {
+                let k = 4 * g + 2 * half;
+                // u16 lane i of `even` is block 2i, of `odd` block 2i + 1
+                // (per 128-bit lane); interleave them back into block order.
+                let lo = _mm256_unpacklo_epi16(acc[k], acc[k + 1]);
+                let hi = _mm256_unpackhi_epi16(acc[k], acc[k + 1]);
+                let o = (t0 + g) * GROUP + half * 32;
+                // SAFETY: o + 32 <= (t0 + g + 1)·GROUP <= out.len().
+                unsafe {
+                    _mm256_storeu_si256(
+                        out.as_mut_ptr().add(o) as *mut __m256i,
+                        _mm256_permute2x128_si256::<0x20>(lo, hi),
+                    );
+                    _mm256_storeu_si256(
+                        out.as_mut_ptr().add(o + 16) as *mut __m256i,
+                        _mm256_permute2x128_si256::<0x31>(lo, hi),
+                    );
+                }
             }
         }
     }
@@ -188,49 +212,60 @@ pub unsafe fn fast_scan_avx2(t: &FastScanTables, slots: &[&[u8]], out: &mut [u16
 #[target_feature(enable = "avx512f,avx512bw,avx2")]
 pub unsafe fn fast_scan_avx512(t: &FastScanTables, slots: &[&[u8]], out: &mut [u16]) {
     let cb = t.code_bytes;
+    let groups = out.len() / GROUP;
     let m = _mm512_set1_epi8(15);
     let low = _mm512_set1_epi16(0xff);
     let first = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
     let second = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
-    for g in 0..out.len() / GROUP {
-        let (mut even, mut odd) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    let mut acc = [_mm512_setzero_si512(); 2 * TILE];
+    for t0 in (0..groups).step_by(TILE) {
+        let tn = TILE.min(groups - t0);
+        acc.fill(_mm512_setzero_si512());
         for (si, slot) in slots.iter().enumerate() {
-            for b in 0..cb {
-                let row = (g * cb + b) * GROUP;
-                let tab = (si * cb + b) * 32;
-                // SAFETY: row + 64 <= (g + 1)·cb·GROUP <= slot.len();
-                // tab + 32 <= tables.len().
-                let (v, tl, th) = unsafe {
-                    (
-                        _mm512_loadu_si512(slot.as_ptr().add(row) as *const _),
-                        _mm512_broadcast_i32x4(_mm_loadu_si128(
-                            t.tables.as_ptr().add(tab) as *const __m128i
-                        )),
-                        _mm512_broadcast_i32x4(_mm_loadu_si128(
-                            t.tables.as_ptr().add(tab + 16) as *const __m128i
-                        )),
-                    )
-                };
-                let lo = _mm512_and_si512(v, m);
-                let hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
-                let s = _mm512_add_epi8(_mm512_shuffle_epi8(tl, lo), _mm512_shuffle_epi8(th, hi));
-                even = _mm512_add_epi16(even, _mm512_and_si512(s, low));
-                odd = _mm512_add_epi16(odd, _mm512_srli_epi16(s, 8));
+            for g in 0..tn {
+                let (mut even, mut odd) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                for b in 0..cb {
+                    let row = ((t0 + g) * cb + b) * GROUP;
+                    let tab = (si * cb + b) * 32;
+                    // SAFETY: row + 64 <= (t0 + g + 1)·cb·GROUP <=
+                    // slot.len(); tab + 32 <= tables.len().
+                    let (v, tl, th) = unsafe {
+                        (
+                            _mm512_loadu_si512(slot.as_ptr().add(row) as *const _),
+                            _mm512_broadcast_i32x4(_mm_loadu_si128(
+                                t.tables.as_ptr().add(tab) as *const __m128i
+                            )),
+                            _mm512_broadcast_i32x4(_mm_loadu_si128(
+                                t.tables.as_ptr().add(tab + 16) as *const __m128i,
+                            )),
+                        )
+                    };
+                    let lo = _mm512_and_si512(v, m);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+                    let s =
+                        _mm512_add_epi8(_mm512_shuffle_epi8(tl, lo), _mm512_shuffle_epi8(th, hi));
+                    even = _mm512_add_epi16(even, _mm512_and_si512(s, low));
+                    odd = _mm512_add_epi16(odd, _mm512_srli_epi16(s, 8));
+                }
+                acc[2 * g] = _mm512_add_epi16(acc[2 * g], even);
+                acc[2 * g + 1] = _mm512_add_epi16(acc[2 * g + 1], odd);
             }
         }
-        let lo = _mm512_unpacklo_epi16(even, odd);
-        let hi = _mm512_unpackhi_epi16(even, odd);
-        let o = g * GROUP;
-        // SAFETY: o + 64 <= out.len().
-        unsafe {
-            _mm512_storeu_si512(
-                out.as_mut_ptr().add(o) as *mut _,
-                _mm512_permutex2var_epi64(lo, first, hi),
-            );
-            _mm512_storeu_si512(
-                out.as_mut_ptr().add(o + 32) as *mut _,
-                _mm512_permutex2var_epi64(lo, second, hi),
-            );
+        for g in 0..tn {
+            let lo = _mm512_unpacklo_epi16(acc[2 * g], acc[2 * g + 1]);
+            let hi = _mm512_unpackhi_epi16(acc[2 * g], acc[2 * g + 1]);
+            let o = (t0 + g) * GROUP;
+            // SAFETY: o + 64 <= out.len().
+            unsafe {
+                _mm512_storeu_si512(
+                    out.as_mut_ptr().add(o) as *mut _,
+                    _mm512_permutex2var_epi64(lo, first, hi),
+                );
+                _mm512_storeu_si512(
+                    out.as_mut_ptr().add(o + 32) as *mut _,
+                    _mm512_permutex2var_epi64(lo, second, hi),
+                );
+            }
         }
     }
 }

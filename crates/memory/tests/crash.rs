@@ -144,3 +144,91 @@ fn sigkill_at_random_moments_leaves_a_clean_prefix() {
         .collect();
     assert!(!names.iter().any(|n| n.contains("creating")), "{names:?}");
 }
+
+/// Child for [`a_real_write_error_cuts_back_and_the_file_opens`]: appends
+/// under a file-size limit until the kernel refuses a write.
+#[test]
+fn full_child() {
+    let Some(path) = std::env::var_os("MEMORY_FULL_CHILD") else {
+        return;
+    };
+    let path = Path::new(&path);
+    let g = geometry();
+    let mut mf = MemoryFile::create(path, FP, g, b"").unwrap();
+    let mut i = 0;
+    loop {
+        let r = mf.append(&nth_block(SEED, &g, i).as_in()).and_then(|_| {
+            i += 1;
+            if i % 3 == 0 {
+                mf.commit()?;
+                println!("committed {i}");
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            println!("error: {e}");
+            println!("blocks after the error {}", mf.len_blocks());
+            return;
+        }
+        assert!(i < 100_000, "the size limit never hit");
+    }
+}
+
+/// A real write error from the kernel (EFBIG under `ulimit -f`, the same
+/// path as ENOSPC): the error is clear, the writer's file is cut back to the
+/// last commit, and the file opens and verifies clean.
+#[test]
+fn a_real_write_error_cuts_back_and_the_file_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("full.mem");
+    let exe = std::env::current_exe().unwrap();
+    // SIGXFSZ ignored, so an over-limit write fails with EFBIG instead of
+    // killing the writer. The limit is in 1 KiB units (bash) or 512-byte
+    // units (POSIX sh): either way a few dozen records.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 64; exec \"$0\" full_child --exact --nocapture --test-threads=1")
+        .arg(&exe)
+        .env("MEMORY_FULL_CHILD", &path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let error = stdout
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .expect("no write error");
+    assert!(
+        error.contains("File too large") && error.contains("still opens"),
+        "{error}"
+    );
+    let committed: u64 = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("committed "))
+        .last()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let after: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("blocks after the error "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        after, committed,
+        "the writer dropped what was not committed"
+    );
+    let rep = verify(&path).unwrap();
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+    let mf = MemoryFile::open(&path, Some(&FP), Mode::Write).unwrap();
+    assert_eq!(mf.len_blocks(), committed);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), mf.file_bytes());
+    for i in 0..committed {
+        assert!(nth_block(SEED, &geometry(), i).matches(&mf.read_block(i).unwrap()));
+    }
+}

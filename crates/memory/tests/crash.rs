@@ -208,8 +208,8 @@ fn a_real_write_error_cuts_back_and_the_file_opens() {
     );
     let committed: u64 = stdout
         .lines()
-        .filter_map(|l| l.strip_prefix("committed "))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix("committed "))
         .unwrap()
         .parse()
         .unwrap();

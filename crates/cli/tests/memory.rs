@@ -51,6 +51,7 @@ fn inspect_and_verify_a_sound_file() {
     assert_eq!(v["blocks"], 10);
     assert_eq!(v["tokens"], mf.len_tokens());
     assert_eq!(v["geometry"]["slots"], 36);
+    assert_eq!(v["index"]["index_file_blocks"], 10);
 
     let (code, out, err) = cachefit(&["memory", "verify", f]);
     assert_eq!(code, 0, "{out}{err}");

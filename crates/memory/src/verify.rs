@@ -374,6 +374,8 @@ pub struct Inspect {
     pub file_bytes: u64,
     pub committed_blocks: Option<u64>,
     pub index_ram_bytes: usize,
+    /// Blocks the index file `NAME.idx` covered on open (`None`: no file).
+    pub index_file_blocks: Option<u64>,
     /// Bytes per token by part, for full blocks of this geometry.
     pub budget: Budget,
     pub tail_bytes: u64,
@@ -445,6 +447,9 @@ pub fn inspect(path: &Path) -> Result<Inspect> {
         file_bytes: mf.file_bytes(),
         committed_blocks: read_mark(&page).map(|m| m.blocks),
         index_ram_bytes: idx.memory_bytes(),
+        index_file_blocks: crate::sidecar::path_for(path)
+            .exists()
+            .then_some(mf.open_report().from_index_file),
         budget: Budget::of(&h.geometry),
         tail_bytes: mf.open_report().tail_bytes,
     })

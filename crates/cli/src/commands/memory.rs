@@ -65,7 +65,10 @@ fn inspect(a: FileArgs) -> Result<()> {
                 "codes": b.codes, "ids": b.ids, "extra": b.extra,
                 "summaries": b.summaries, "record_header": b.header, "total": b.total(),
             },
-            "index": { "kind": "in RAM, rebuilt from the records on open", "ram_bytes": i.index_ram_bytes },
+            "index": {
+                "ram_bytes": i.index_ram_bytes,
+                "index_file_blocks": i.index_file_blocks,
+            },
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -103,8 +106,13 @@ fn inspect(a: FileArgs) -> Result<()> {
         "per token:   {:.1} bytes in full blocks: codes {:.1}, ids {:.1}, extra {:.1}, summaries {:.1}, record headers {:.1}",
         b.total(), b.codes, b.ids, b.extra, b.summaries, b.header
     );
+    let source = match i.index_file_blocks {
+        Some(n) if n == i.blocks => "all from the index file".to_string(),
+        Some(n) => format!("{n} blocks from the index file, the rest from the records"),
+        None => "from the records (no index file)".to_string(),
+    };
     println!(
-        "index:       in RAM, rebuilt from the records on open: {:.1} MB",
+        "index:       {:.1} MB in RAM, built {source}",
         i.index_ram_bytes as f64 / 1e6
     );
     Ok(())

@@ -31,6 +31,8 @@ enum Command {
     Info(commands::info::Args),
     /// Show a GGUF file's metadata, tensor table and totals by type.
     Inspect(commands::inspect::Args),
+    /// Long-memory files: inspect one, verify every record.
+    Memory(commands::memory::Args),
     /// Perplexity of a model over a text, windowed like llama-perplexity.
     Perplexity(commands::perplexity::Args),
     /// Convert a GGUF model to another tensor type or a llama.cpp-style mix.
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
         Command::Chat(a) => commands::chat::run(a),
         Command::Info(a) => commands::info::run(a),
         Command::Inspect(a) => commands::inspect::run(a),
+        Command::Memory(a) => commands::memory::run(a),
         Command::Perplexity(a) => commands::perplexity::run(a),
         Command::Quantize(a) => commands::quantize::run(a),
         Command::Run(a) => commands::run::run(a),

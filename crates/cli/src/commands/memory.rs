@@ -70,39 +70,39 @@ fn inspect(a: FileArgs) -> Result<()> {
                 "index_file_blocks": i.index_file_blocks,
             },
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "file:        {} (format version {})",
         a.file.display(),
         i.version
     );
-    println!("fingerprint: {}", hex(&i.fingerprint));
-    println!(
+    outln!("fingerprint: {}", hex(&i.fingerprint));
+    outln!(
         "history:     {} tokens in {} blocks ({} partial, {} document starts)",
         i.tokens, i.blocks, i.partial_blocks, i.doc_starts
     );
-    println!(
+    outln!(
         "bytes:       {} ({:.1} per token)",
         i.file_bytes,
         i.bytes_per_token()
     );
     match i.committed_blocks {
-        Some(c) => println!("committed:   {c} blocks"),
-        None => println!("committed:   unknown (commit slots unreadable)"),
+        Some(c) => outln!("committed:   {c} blocks"),
+        None => outln!("committed:   unknown (commit slots unreadable)"),
     }
     if i.tail_bytes > 0 {
-        println!(
+        outln!(
             "torn tail:   {} bytes past the last record (the next writer cuts them)",
             i.tail_bytes
         );
     }
-    println!(
+    outln!(
         "geometry:    {} tokens per block, {} slots × {} dims ({} code bytes), {} extra bytes, {}-byte ids, {} bytes of params",
         g.block_tokens, g.slots, g.dims(), g.code_bytes, g.extra_bytes, g.id_bytes, i.params_bytes
     );
-    println!(
+    outln!(
         "per token:   {:.1} bytes in full blocks: codes {:.1}, ids {:.1}, extra {:.1}, summaries {:.1}, record headers {:.1}",
         b.total(), b.codes, b.ids, b.extra, b.summaries, b.header
     );
@@ -111,7 +111,7 @@ fn inspect(a: FileArgs) -> Result<()> {
         Some(n) => format!("{n} blocks from the index file, the rest from the records"),
         None => "from the records (no index file)".to_string(),
     };
-    println!(
+    outln!(
         "index:       {:.1} MB in RAM, built {source}",
         i.index_ram_bytes as f64 / 1e6
     );
@@ -133,9 +133,9 @@ fn verify(a: FileArgs) -> Result<()> {
             })).collect::<Vec<_>>(),
             "notes": r.notes,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!(
+        outln!(
             "{}: {} valid blocks, {} tokens, {} bytes",
             a.file.display(),
             r.valid_blocks,
@@ -143,13 +143,13 @@ fn verify(a: FileArgs) -> Result<()> {
             r.file_bytes
         );
         for n in &r.notes {
-            println!("note: {n}");
+            outln!("note: {n}");
         }
         for p in &r.problems {
-            println!("DAMAGE: {p}");
+            outln!("DAMAGE: {p}");
         }
         if r.is_clean() {
-            println!("ok: every record verifies");
+            outln!("ok: every record verifies");
         }
     }
     if !r.is_clean() {

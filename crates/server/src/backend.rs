@@ -1,19 +1,18 @@
 //! The real [`Backend`]: the model's multi-sequence forward pass
-//! ([`model::forward_tokens`]) over one [`State`] holding a KV cache per
+//! ([`State::forward`]) over one [`State`] holding a KV cache per
 //! slot, on the engine thread's own kernel thread pools (one for
 //! decode-only steps, and one for steps that read prompts when
 //! `--threads-batch` asks for another thread count).
 
 use kernels::pool::ThreadPool;
-use model::{forward_tokens, ModelConfig, State, Token, Weights};
+use model::{ModelConfig, State, Token};
 use tokenize::Vocab;
 
 use crate::scheduler::Backend;
 
 pub struct ModelBackend<'a> {
     cfg: &'a ModelConfig,
-    weights: Weights<'a>,
-    state: State,
+    state: State<'a>,
     pool: ThreadPool,
     batch_pool: Option<ThreadPool>,
     vocab: &'a Vocab,
@@ -22,15 +21,13 @@ pub struct ModelBackend<'a> {
 impl<'a> ModelBackend<'a> {
     pub fn new(
         cfg: &'a ModelConfig,
-        weights: Weights<'a>,
-        state: State,
+        state: State<'a>,
         pool: ThreadPool,
         batch_pool: Option<ThreadPool>,
         vocab: &'a Vocab,
     ) -> ModelBackend<'a> {
         ModelBackend {
             cfg,
-            weights,
             state,
             pool,
             batch_pool,
@@ -63,7 +60,7 @@ impl Backend for ModelBackend<'_> {
             Some(p) if batch.iter().any(|t| !t.logits) => p,
             _ => &self.pool,
         };
-        forward_tokens(self.cfg, &self.weights, &mut self.state, pool, batch);
+        self.state.forward(pool, batch);
     }
 
     fn logits(&self) -> &[f32] {

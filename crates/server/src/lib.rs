@@ -1,7 +1,7 @@
 //! `cachefit serve`: an OpenAI-compatible HTTP server over the model.
 //!
 //! Two sides joined by channels. The engine thread ([`scheduler`]) owns
-//! the weights, one [`model::State`] with a KV cache per slot, and the
+//! a [`model::State`] (borrowing the model) with a KV cache per slot, and the
 //! kernel thread pool; each step it runs one batched forward pass over
 //! every busy slot (continuous batching: requests join and leave between
 //! steps). The HTTP side ([`http`], axum on a single-threaded tokio
@@ -12,7 +12,7 @@
 //! queue turns overload into 503s with `Retry-After`.
 //!
 //! ```text
-//! client ─HTTP─▶ axum handler ─Job─▶ engine thread: queue → slots → forward_tokens
+//! client ─HTTP─▶ axum handler ─Job─▶ engine thread: queue → slots → State::forward
 //!        ◀─SSE── event receiver ◀─Text/Done─┘
 //! ```
 //!
@@ -39,7 +39,7 @@ use std::time::Duration;
 use chat::ChatTemplate;
 use gguf::GgufFile;
 use kernels::pool::ThreadPool;
-use model::{ModelConfig, State, StateOptions, Weights};
+use model::{Model, ModelConfig, StateOptions};
 use tokenize::Vocab;
 
 pub use error::{ApiError, Error};
@@ -85,8 +85,8 @@ pub fn serve(
     }
     let vocab = Arc::new(vocab);
     let template = chat_template(file, &vocab);
-    let weights = Weights::from_gguf(file, cfg)?;
-    let state = State::with_options(cfg, &weights, opts)?;
+    let model = Model::from_gguf(file, cfg)?;
+    let state = model.new_state(opts)?;
     let addr = format!("{}:{}", config.host, config.port);
     let listener = TcpListener::bind(&addr).map_err(|source| Error::Bind {
         addr: addr.clone(),
@@ -133,14 +133,8 @@ pub fn serve(
             .spawn_scoped(scope, move || {
                 let pool = ThreadPool::new(threads);
                 let batch_pool = (threads_batch != threads).then(|| ThreadPool::new(threads_batch));
-                let backend = backend::ModelBackend::new(
-                    cfg,
-                    weights,
-                    state,
-                    pool,
-                    batch_pool,
-                    &engine_vocab,
-                );
+                let backend =
+                    backend::ModelBackend::new(cfg, state, pool, batch_pool, &engine_vocab);
                 scheduler::Engine::new(backend, eog, metrics)
                     .with_stream_interval(stream_interval)
                     .run(rx);

@@ -27,7 +27,7 @@ use chat::ChatTemplate;
 use conversation::{Conversation, Fit};
 use engine::{Sampler, SamplerConfig, StopMatcher};
 use input::{Command, Input, InputReader};
-use model::{forward, forward_batch, Logits, ModelConfig, State, Weights};
+use model::{Logits, Model, ModelConfig, State};
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -138,11 +138,10 @@ pub fn run(args: Args) -> Result<()> {
         token_text(vocab.eos()),
     )
     .with_context(|| format!("{path}: reading the chat template"))?;
-    let weights = Weights::from_gguf(&opened.file, cfg).with_context(|| path.clone())?;
+    let model = Model::from_gguf(&opened.file, cfg).with_context(|| path.clone())?;
     let engine = Engine {
         cfg,
-        weights: &weights,
-        state: State::with_options(cfg, &weights, &opts)?,
+        state: model.new_state(&opts)?,
         pools,
         n_batch: opts.n_batch,
         cached: Vec::new(),
@@ -468,8 +467,7 @@ struct Generation<'a> {
 /// The model and its one sequence's cache, which outlives turns.
 struct Engine<'a> {
     cfg: &'a ModelConfig,
-    weights: &'a Weights<'a>,
-    state: State,
+    state: State<'a>,
     pools: common::Pools,
     n_batch: usize,
     /// The tokens whose keys and values the cache holds, by position.
@@ -509,15 +507,8 @@ impl Engine<'_> {
                 return Ok(reply);
             }
             let pos = self.cached.len();
-            forward_batch(
-                self.cfg,
-                self.weights,
-                &mut self.state,
-                self.pools.batch(),
-                chunk,
-                pos,
-                Logits::Last,
-            );
+            self.state
+                .forward_seq(self.pools.batch(), chunk, pos, Logits::Last);
             self.cached.extend_from_slice(chunk);
             reply.evaluated += chunk.len();
         }
@@ -551,14 +542,8 @@ impl Engine<'_> {
             if pos >= n_ctx {
                 break End::Context;
             }
-            forward(
-                self.cfg,
-                self.weights,
-                &mut self.state,
-                self.pools.decode(),
-                tok,
-                pos,
-            );
+            self.state
+                .forward_seq(self.pools.decode(), &[tok], pos, Logits::Last);
             self.cached.push(tok);
         };
         reply.gen_ms = ms(t_gen);

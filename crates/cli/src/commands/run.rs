@@ -9,7 +9,7 @@
 use super::common::{self, ContextArgs, ModelArgs};
 use anyhow::{bail, Context, Result};
 use engine::{Sampler, SamplerConfig, StopConditions, StopMatcher};
-use model::{forward, forward_batch, Logits, State, Weights};
+use model::{Logits, Model};
 use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
@@ -139,8 +139,8 @@ pub fn run(args: Args) -> Result<()> {
     let path = args.model.shown();
     let opts = common::state_options(&opened, &args.ctx, false)?;
     let n_ctx = opts.n_ctx;
-    let weights = Weights::from_gguf(&opened.file, cfg).with_context(|| path.clone())?;
-    let mut state = State::with_options(cfg, &weights, &opts)?;
+    let model = Model::from_gguf(&opened.file, cfg).with_context(|| path.clone())?;
+    let mut state = model.new_state(&opts)?;
     let load_ms = ms(t_start);
     eprintln!(
         "cachefit: {} ({}, {} layers), ctx {n_ctx}, {} KV cache, batch {}, {}, kernels {}",
@@ -184,15 +184,7 @@ pub fn run(args: Args) -> Result<()> {
     // Prompt, in batches of -b tokens.
     let t_prompt = Instant::now();
     for (i, chunk) in tokens.chunks(opts.n_batch).enumerate() {
-        forward_batch(
-            cfg,
-            &weights,
-            &mut state,
-            pools.batch(),
-            chunk,
-            i * opts.n_batch,
-            Logits::Last,
-        );
+        state.forward_seq(pools.batch(), chunk, i * opts.n_batch, Logits::Last);
     }
     let prompt_ms = ms(t_prompt);
 
@@ -261,7 +253,7 @@ pub fn run(args: Args) -> Result<()> {
         if pos >= n_ctx {
             break "context";
         }
-        forward(cfg, &weights, &mut state, pools.decode(), tok, pos);
+        state.forward_seq(pools.decode(), &[tok], pos, Logits::Last);
         pos += 1;
     };
     let gen_ms = ms(t_gen);

@@ -81,7 +81,10 @@ fn inspect(a: FileArgs) -> Result<()> {
     outln!("fingerprint: {}", hex(&i.fingerprint));
     outln!(
         "history:     {} tokens in {} blocks ({} partial, {} document starts)",
-        i.tokens, i.blocks, i.partial_blocks, i.doc_starts
+        i.tokens,
+        i.blocks,
+        i.partial_blocks,
+        i.doc_starts
     );
     outln!(
         "bytes:       {} ({:.1} per token)",

@@ -78,7 +78,8 @@ pub fn run(args: Args) -> Result<()> {
     let path = args.model.shown();
     let opts = common::state_options(&opened, &args.ctx, false)?;
     let n_ctx = opts.n_ctx;
-    let mut local = Local::new(&opened, &args.model, &opts, pools)?;
+    let model = super::generate::bind(&opened, &args.model)?;
+    let mut local = Local::new(&opened, &model, &opts, pools)?;
     let load_ms = ms(t_start);
     eprintln!(
         "cachefit: {} ({}, {} layers), ctx {n_ctx}, {} KV cache, batch {}, {}, kernels {}",

@@ -2,6 +2,7 @@
 //! `commands/` over the library crates; errors print their chain and exit 1.
 
 mod commands;
+mod kernel_env;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -45,6 +46,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse_from(commands::rewrite_args(std::env::args_os()));
+    kernel_env::configure();
     let result = match cli.command {
         Command::Bench(a) => commands::bench::run(a),
         Command::Chat(a) => commands::chat::run(a),

@@ -39,7 +39,7 @@ use crate::kv_cache::{Columns, KvCache, KvType};
 use crate::weights::{LlamaWeights, Weights};
 use crate::Error;
 use kernels::matmul::{matmul, matmul_each, MatmulScratch};
-use kernels::matvec::QMatrix;
+use kernels::matrix::QMatrix;
 use kernels::ops;
 use kernels::pool::ThreadPool;
 use kernels::vecops;

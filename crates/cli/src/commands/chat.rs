@@ -155,7 +155,7 @@ pub fn run(args: Args) -> Result<()> {
         opts.kv_type,
         opts.n_batch,
         engine.pools.describe(),
-        kernels::isa::selected().name()
+        kernels::selected().isa().name()
     );
     if template.is_fallback() {
         eprintln!("cachefit: {}", chat::FALLBACK_NOTICE);

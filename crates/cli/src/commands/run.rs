@@ -150,7 +150,7 @@ pub fn run(args: Args) -> Result<()> {
         opts.kv_type,
         opts.n_batch,
         pools.describe(),
-        kernels::isa::selected().name()
+        kernels::selected().isa().name()
     );
 
     let tokens = vocab.encode(&prompt, true, true);

@@ -42,7 +42,7 @@ use crate::forward::{check_batch, StateOptions, Token};
 use crate::kv_cache::KvType;
 use crate::Error;
 use half::f16;
-use kernels::matvec::MatvecScratch;
+use kernels::matmul::MatmulScratch;
 use kernels::ops;
 use kernels::pool::ThreadPool;
 use kernels::vecops::{self, Attention, KvElement};
@@ -74,7 +74,7 @@ struct Lane {
     proj: Vec<f32>,   // (n_batch, dim) output of conv_out / attn_output / ffn_down
     scores: Vec<f32>, // (heads per kv head, n_ctx rounded up to 16) scores
     xq: Activations,
-    scratch: MatvecScratch,
+    scratch: MatmulScratch,
     /// A one-thread pool (no workers: runs inline) for the float matrices.
     serial: ThreadPool,
     toks: Vec<usize>, // the call's tokens this lane runs, ascending
@@ -157,7 +157,7 @@ impl CachefitState {
                 wide.max(cfg.q_dim()),
                 wide.max(cfg.q_dim() + 2 * cfg.kv_dim()).max(cfg.vocab_size),
             ),
-            scratch: MatvecScratch::new(),
+            scratch: MatmulScratch::new(),
             serial: ThreadPool::new(1),
             toks: Vec::with_capacity(nb),
             logits: vec![0.0; o.logit_rows() * cfg.vocab_size],
@@ -178,11 +178,10 @@ impl CachefitState {
         };
         // Size the float matrices' activation scratch now, so the first
         // call allocates nothing either.
-        let zeros = vec![0.0; wide.max(cfg.q_dim())];
         for lane in &mut st.lanes {
             let mut float = |m: &Matrix<'_>| {
                 if let Matrix::Float(q) = m {
-                    lane.scratch.quantize(q, &zeros[..q.cols()]);
+                    lane.scratch.reserve(q, 1);
                 }
             };
             float(&w.token_embd);
@@ -269,7 +268,7 @@ fn project(
     xs: &[f32],
     ys: &mut [f32],
     xq: &mut Activations,
-    scratch: &mut MatvecScratch,
+    scratch: &mut MatmulScratch,
 ) {
     let (rows, cols) = (m.rows(), m.cols());
     for (x, y) in xs

@@ -4,28 +4,13 @@
 //! group sums (`bsums`).
 //!
 //! Every load reads a fixed-size field of a block at an offset bounded by
-//! constant loop ranges, so the only safety condition is the CPU feature
-//! set, which `vec_dot_for` checks.
+//! constant loop ranges, so the only safety conditions are the CPU feature
+//! set, which the kernel tables guarantee ([`crate::isa`]), and equal block
+//! counts, which [`crate::quant::vec_dots`] checks.
 
 use super::{BlockQ2K, BlockQ8K};
 use crate::quant::k_common::x86::*;
 use std::arch::x86_64::*;
-
-pub(super) fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    assert_eq!(x.len(), y.len());
-    // SAFETY: only handed out by `vec_dot_for` after `Isa::Avx2.is_supported()`
-    // (avx2, fma, f16c); the lengths match.
-    unsafe { vec_dot_avx2(x, y) }
-}
-
-pub(super) fn dot_avx512(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    assert_eq!(x.len(), y.len());
-    // SAFETY: only handed out by `vec_dot_for` after `Isa::Avx512.is_supported()`;
-    // the lengths match.
-    unsafe { vec_dot_avx512(x, y) }
-}
 
 /// `(scales, Σ_j min_j·bsums_j)`: the 16 4-bit scales as bytes and the
 /// min term in eight i32 lanes.

@@ -5,29 +5,14 @@
 //! activation group sums (`bsums`), never the values.
 //!
 //! Every load reads a fixed-size field of a block at an offset bounded by
-//! constant loop ranges, so the only safety condition is the CPU feature
-//! set, which `vec_dot_for` checks.
+//! constant loop ranges, so the only safety conditions are the CPU feature
+//! set, which the kernel tables guarantee ([`crate::isa`]), and equal block
+//! counts, which [`crate::quant::vec_dots`] checks.
 
 use super::{BlockQ4K, BlockQ8K};
 use crate::quant::k_common::unpack_scales_mins_k4;
 use crate::quant::k_common::x86::*;
 use std::arch::x86_64::*;
-
-pub(super) fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    assert_eq!(x.len(), y.len());
-    // SAFETY: only handed out by `vec_dot_for` after `Isa::Avx2.is_supported()`
-    // (avx2, fma, f16c); the lengths match.
-    unsafe { vec_dot_avx2(x, y) }
-}
-
-pub(super) fn dot_avx512(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    assert_eq!(x.len(), y.len());
-    // SAFETY: only handed out by `vec_dot_for` after `Isa::Avx512.is_supported()`;
-    // the lengths match.
-    unsafe { vec_dot_avx512(x, y) }
-}
 
 /// `Σ_j mins[j] · (bsums[2j] + bsums[2j+1])` as four i32 lanes.
 #[inline]

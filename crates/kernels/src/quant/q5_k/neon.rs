@@ -4,21 +4,14 @@
 //! then the integer sub-block sums are scaled like the scalar twin.
 //!
 //! Every load reads a fixed-size field of a block at an offset bounded by
-//! constant loop ranges, so the only safety condition is the CPU feature
-//! set, which `vec_dot_for` checks.
+//! constant loop ranges, so the only safety conditions are the CPU feature
+//! set, which the kernel tables guarantee ([`crate::isa`]), and equal block
+//! counts, which [`crate::quant::vec_dots`] checks.
 
 use super::{BlockQ5K, BlockQ8K};
 use crate::quant::k_common::neon::dot32;
 use crate::quant::k_common::unpack_scales_mins_k4;
 use std::arch::aarch64::*;
-
-pub(super) fn dot_neon(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    assert_eq!(x.len(), y.len());
-    // SAFETY: only handed out by `vec_dot_for` after `Isa::Neon.is_supported()`;
-    // the lengths match.
-    unsafe { vec_dot_neon(x, y) }
-}
 
 /// # Safety
 /// The CPU must support NEON, and `x.len() == y.len()`.

@@ -148,14 +148,13 @@ fn sum_avx512(words: &[u64]) -> u64 {
 /// The reduction of every set, with the same wide loads as its kernels.
 pub(crate) const READ_SUM: PerIsa<fn(&[u64]) -> u64> = {
     let k = PerIsa::new(sum_baseline as fn(&[u64]) -> u64);
-    // SAFETY (both closures): reachable only through `PerIsa::get` for
-    // that set, whose caller guarantees the CPU has AVX2 (AVX-512F for
-    // the second).
     #[cfg(target_arch = "x86_64")]
     let k = k
-        // SAFETY: see above.
+        // SAFETY: reachable only through `PerIsa::get(Isa::Avx2)` (or
+        // AVX-512, which implies it), whose caller guarantees AVX2.
         .avx2(|w| unsafe { sum_avx2(w) })
-        // SAFETY: see above.
+        // SAFETY: reachable only through `PerIsa::get(Isa::Avx512)`, whose
+        // caller guarantees AVX-512F.
         .avx512(|w| unsafe { sum_avx512(w) });
     k
 };

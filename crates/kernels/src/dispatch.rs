@@ -67,7 +67,7 @@ impl Kernels {
     /// # Safety
     /// The CPU must support `isa`: every entry may use its instructions.
     unsafe fn new(isa: Isa) -> Kernels {
-        // SAFETY (every `get` below): the caller guarantees the CPU
+        // SAFETY: (every `get` below) the caller guarantees the CPU
         // supports `isa`.
         let mut k = unsafe {
             Kernels {

@@ -22,8 +22,8 @@
 //! Nothing here knows about models, and nothing reads the environment:
 //! programs pass their choices to [`configure`].
 
-#![warn(unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod bandwidth;
 pub mod dispatch;

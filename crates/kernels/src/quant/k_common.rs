@@ -450,7 +450,8 @@ pub(crate) mod neon {
     #[inline]
     #[target_feature(enable = "neon")]
     pub unsafe fn dot16(q: int8x16_t, q8: *const i8) -> i32 {
-        let y = vld1q_s8(q8);
+        // SAFETY: `q8` points at 16 readable bytes (the caller's contract).
+        let y = unsafe { vld1q_s8(q8) };
         let p = vpaddlq_s16(vmull_s8(vget_low_s8(q), vget_low_s8(y)));
         vaddvq_s32(vpadalq_s16(p, vmull_high_s8(q, y)))
     }
@@ -462,7 +463,8 @@ pub(crate) mod neon {
     #[inline]
     #[target_feature(enable = "neon")]
     pub unsafe fn dot32(q: [int8x16_t; 2], q8: *const i8) -> i32 {
-        let (y0, y1) = (vld1q_s8(q8), vld1q_s8(q8.add(16)));
+        // SAFETY: `q8` points at 32 readable bytes (the caller's contract).
+        let (y0, y1) = unsafe { (vld1q_s8(q8), vld1q_s8(q8.add(16))) };
         let mut p = vpaddlq_s16(vmull_s8(vget_low_s8(q[0]), vget_low_s8(y0)));
         p = vpadalq_s16(p, vmull_high_s8(q[0], y0));
         p = vpadalq_s16(p, vmull_s8(vget_low_s8(q[1]), vget_low_s8(y1)));

@@ -1,10 +1,10 @@
 //! The instruction sets the SIMD kernels are written for, which of them
-//! this CPU runs, and [`PerIsa`], how a kernel family lists its variants.
+//! this CPU runs, and `PerIsa`, how a kernel family lists its variants.
 //!
 //! Soundness rests on one rule: a kernel compiled for a set (with
 //! `#[target_feature]`) is only ever called on a CPU whose
 //! [`Isa::is_supported`] is true for that set. Kernels reach their callers
-//! only through [`PerIsa::get`], an `unsafe fn` whose caller promises
+//! only through `PerIsa::get`, an `unsafe fn` whose caller promises
 //! exactly that, and its one caller, [`crate::dispatch`], builds a table
 //! only for a supported set. So a baseline x86-64 binary on a CPU without
 //! AVX2 runs the scalar kernels instead of dying on an illegal instruction.

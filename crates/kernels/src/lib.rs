@@ -11,7 +11,7 @@
 //! - [`quant`]: one module per ggml type: `#[repr(C)]` block struct, reference
 //!   quantizer, dequantizer, reference dot against the activation type, and
 //!   the SIMD dots for that type.
-//! - [`traits`]: the type-traits table (block geometry, activation type and
+//! - [`traits`](mod@traits): the type-traits table (block geometry, activation type and
 //!   the functions above) that everything else goes through.
 //! - [`matrix`]: a weight matrix bound for products, its kernel chosen
 //!   when it is bound; [`matmul`] runs the products (decode is `n = 1`).

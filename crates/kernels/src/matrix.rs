@@ -1,7 +1,7 @@
 //! A quantized weight matrix bound for products: [`QMatrix`].
 //!
 //! Binding checks the bytes (type, shape, length, alignment) and chooses,
-//! once, how every product with the matrix will run ([`Product`]): from
+//! once, how every product with the matrix will run (`Product`): from
 //! its row tiles ([`crate::quant::tiles`]) when it has them, else with the
 //! type's several-activation dot ([`crate::traits::MultiDot`]) when it has
 //! one, else one `vec_dot` per row and activation. The kernel comes from

@@ -44,7 +44,7 @@ pub struct MultiDot {
 
 pub struct TypeTraits {
     pub ty: GgmlType,
-    /// The type activations are quantized to before [`TypeTraits::vec_dot`].
+    /// The type activations are quantized to before its dot product ([`crate::Kernels::vec_dot`]).
     pub vec_dot_type: GgmlType,
     /// Reference dequantizer (bit-identical to ggml's `dequantize_row_*`).
     pub to_float: ToFloatFn,

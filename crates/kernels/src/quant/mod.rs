@@ -2,7 +2,7 @@
 //! a size assertion against ggml's), `quantize_row` (ggml's reference
 //! quantizer), `dequantize_row`, a scalar `vec_dot_ref` against its activation
 //! type, SIMD dots where they pay, and `TRAITS` for the table in
-//! [`crate::traits`], whose dots it lists with [`vec_dots`].
+//! [`crate::traits`](mod@crate::traits), whose dots it lists with `vec_dots!`.
 
 /// The dots of a weight type `W` against its activation type `A`, one per
 /// instruction set, as a [`crate::isa::PerIsa`] of

@@ -49,7 +49,7 @@ mod x86;
 pub const TILE_ROWS: usize = 16;
 
 /// `out[16·c + r] = dot(row r of the tile, activation c)` for `n`
-/// activations prepared by [`TileDot::prepare`], the `c`-th at byte
+/// activations prepared by [`prepare`], the `c`-th at byte
 /// `c · stride` of `acts`; `nb` blocks per row.
 pub type TileDotFn =
     fn(tile: &[u8], nb: usize, acts: &[u8], stride: usize, n: usize, out: &mut [f32]);

@@ -37,7 +37,7 @@ use crate::quant::q4_0::BlockQ4_0;
 use crate::quant::q4_1::BlockQ4_1;
 use crate::quant::q5_0::BlockQ5_0;
 use crate::quant::q5_1::BlockQ5_1;
-use crate::quant::q8_0::{quantize_row_activation, BlockQ8_0, QK8_0};
+use crate::quant::q8_0::{BlockQ8_0, QK8_0};
 use bytemuck::Zeroable;
 use gguf::GgmlType;
 use half::f16;
@@ -267,9 +267,11 @@ pub fn prepare(x: &[f32], dst: &mut [u8]) {
     let sy: &mut [i32] = bytemuck::cast_slice_mut(sy);
     let dy: &mut [f32] = bytemuck::cast_slice_mut(dy);
     let dsy: &mut [f32] = bytemuck::cast_slice_mut(dsy);
+    // The selected quantizer, looked up once for the row.
+    let quantize = crate::selected().q8_0_activation;
     let mut block = [BlockQ8_0::zeroed()];
     for (b, xb) in x.chunks_exact(QK8_0).enumerate() {
-        quantize_row_activation(xb, &mut block);
+        quantize(xb, &mut block);
         let q = &block[0].qs;
         qy[QK8_0 * b..QK8_0 * (b + 1)].copy_from_slice(bytemuck::cast_slice(q));
         let sum: i32 = q.iter().map(|&v| v as i32).sum();

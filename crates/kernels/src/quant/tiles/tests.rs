@@ -1,5 +1,6 @@
 use super::*;
 use crate::isa::Isa;
+use crate::quant::q8_0::quantize_row_activation;
 use crate::quant::testing::{rng, weights};
 use crate::traits::traits;
 

@@ -4,6 +4,7 @@
 #[macro_use]
 mod out;
 mod commands;
+mod kernel_env;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -49,6 +50,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse_from(commands::rewrite_args(std::env::args_os()));
+    kernel_env::configure();
     let result = match cli.command {
         Command::Bench(a) => commands::bench::run(a),
         Command::Chat(a) => commands::chat::run(a),

@@ -5,7 +5,7 @@
 
 use crate::Error;
 use gguf::{GgmlType, GgufFile};
-use kernels::matvec::QMatrix;
+use kernels::matrix::QMatrix;
 use std::borrow::Cow;
 
 /// Looks tensors up by name and checks them, with errors naming the tensor.
@@ -63,7 +63,7 @@ impl<'a> Binder<'a> {
         let tiles = self
             .file
             .keep_derived(len, |buf| packed = m.pack_tiles(buf))?;
-        let bad = |e: kernels::matvec::MatrixError| Error::Tensor {
+        let bad = |e: kernels::matrix::MatrixError| Error::Tensor {
             name: name.to_string(),
             problem: e.to_string(),
         };

@@ -275,7 +275,7 @@ fn bench_model(
         cfg.n_layers,
         info.n_params,
         super::inspect::human_bytes(info.bytes_per_token),
-        kernels::isa::selected().name()
+        kernels::selected().isa().name()
     );
 
     for &n_threads in &plan.threads {

@@ -113,7 +113,7 @@ pub fn run(args: Args) -> Result<()> {
         opts.kv_type,
         opts.n_batch,
         pools_line,
-        kernels::isa::selected().name()
+        kernels::selected().isa().name()
     );
     if template.is_fallback() {
         eprintln!("cachefit: {}", chat::FALLBACK_NOTICE);

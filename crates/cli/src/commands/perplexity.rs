@@ -126,7 +126,7 @@ pub fn run(args: Args) -> Result<()> {
         opts.kv_type,
         opts.n_batch,
         pools.describe(),
-        kernels::isa::selected().name()
+        kernels::selected().isa().name()
     );
 
     let t_tok = Instant::now();

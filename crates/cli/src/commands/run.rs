@@ -89,7 +89,7 @@ pub fn run(args: Args) -> Result<()> {
         opts.kv_type,
         opts.n_batch,
         pools_line,
-        kernels::isa::selected().name()
+        kernels::selected().isa().name()
     );
 
     let tokens = engine::prompt::completion_tokens(vocab, &prompt);

@@ -25,8 +25,6 @@ pub mod x86;
 #[cfg(test)]
 mod tests;
 
-use std::sync::OnceLock;
-
 /// Blocks per fast-scan group: one AVX-512 register of bytes.
 pub const GROUP: usize = 64;
 
@@ -74,25 +72,17 @@ impl Isa {
         Isa::ALL.into_iter().filter(|i| i.is_supported()).collect()
     }
 
-    /// The set this process uses, decided once: `CACHEFIT_KERNELS`
-    /// (`scalar`, `avx2`, `avx512`; as the engine's kernels read it) when
-    /// the CPU supports it, else the best supported.
+    /// The set this process uses: the one the engine's kernels chose
+    /// ([`kernels::selected`], configured once by the CLI), where these
+    /// kernels have it; scalar otherwise (NEON has no twin here yet).
     pub fn selected() -> Isa {
-        static SELECTED: OnceLock<Isa> = OnceLock::new();
-        *SELECTED.get_or_init(|| {
-            let best = [Isa::Avx512, Isa::Avx2]
-                .into_iter()
-                .find(|i| i.is_supported())
-                .unwrap_or(Isa::Scalar);
-            match std::env::var("CACHEFIT_KERNELS") {
-                Ok(v) => Isa::ALL
-                    .into_iter()
-                    .find(|i| i.name().eq_ignore_ascii_case(v.trim()))
-                    .filter(|i| i.is_supported())
-                    .unwrap_or(best),
-                Err(_) => best,
+        match kernels::selected().isa() {
+            kernels::isa::Isa::Avx512 if Isa::Avx512.is_supported() => Isa::Avx512,
+            kernels::isa::Isa::Avx512 | kernels::isa::Isa::Avx2 if Isa::Avx2.is_supported() => {
+                Isa::Avx2
             }
-        })
+            _ => Isa::Scalar,
+        }
     }
 }
 

@@ -55,7 +55,7 @@ use crate::kv_cache::{KvCache, KvType};
 use crate::memory::MemoryEstimate;
 use crate::pass::{Outputs, Pass};
 use crate::Error;
-use kernels::matvec::MatvecScratch;
+use kernels::matmul::MatmulScratch;
 use kernels::ops;
 use kernels::pool::ThreadPool;
 use kernels::vecops;
@@ -80,7 +80,7 @@ struct Lane {
     proj: Vec<f32>,   // (n_batch, dim) output of conv_out / attn_output / ffn_down
     scores: Vec<f32>, // (heads per kv head, n_ctx rounded up to 16) scores
     xq: Activations,
-    scratch: MatvecScratch,
+    scratch: MatmulScratch,
     /// A one-thread pool (no workers: runs inline) for the float matrices.
     serial: ThreadPool,
     toks: Vec<usize>,   // the call's tokens this lane runs, ascending
@@ -325,7 +325,7 @@ impl Lane {
                 wide.max(q_dim),
                 wide.max(q_dim + 2 * kv_dim).max(cfg.vocab_size),
             ),
-            scratch: MatvecScratch::new(),
+            scratch: MatmulScratch::new(),
             serial: ThreadPool::new(1),
             toks: Vec::with_capacity(nb),
             tokens: Vec::with_capacity(nb),
@@ -335,10 +335,9 @@ impl Lane {
         };
         // Size the float matrices' activation scratch now, so the first
         // call allocates nothing either.
-        let zeros = vec![0.0; wide.max(q_dim)];
         let mut float = |m: &Matrix<'_>| {
             if let Matrix::Float(q) = m {
-                lane.scratch.quantize(q, &zeros[..q.cols()]);
+                lane.scratch.reserve(q, 1);
             }
         };
         float(&w.token_embd);
@@ -581,7 +580,7 @@ fn project(
     xs: &[f32],
     ys: &mut [f32],
     xq: &mut Activations,
-    scratch: &mut MatvecScratch,
+    scratch: &mut MatmulScratch,
 ) {
     let (rows, cols) = (m.rows(), m.cols());
     for (x, y) in xs

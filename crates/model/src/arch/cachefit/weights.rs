@@ -8,7 +8,8 @@ use crate::config::{BlockKind, ModelConfig};
 use crate::Error;
 use gguf::{GgmlType, GgufFile};
 use kernels::int8::{self, I8Matrix, I8Vector};
-use kernels::matvec::{matvec, MatvecScratch, QMatrix};
+use kernels::matmul::{matvec, MatmulScratch};
+use kernels::matrix::QMatrix;
 use kernels::pool::ThreadPool;
 use std::borrow::Cow;
 
@@ -123,7 +124,7 @@ impl Matrix<'_> {
         xs: &[f32],
         xq: &mut Activations,
         ys: &mut [f32],
-        scratch: &mut MatvecScratch,
+        scratch: &mut MatmulScratch,
     ) {
         let (rows, cols) = (self.rows(), self.cols());
         match self {

@@ -5,7 +5,7 @@ use crate::binder::Binder;
 use crate::config::ModelConfig;
 use crate::Error;
 use gguf::GgufFile;
-use kernels::matvec::QMatrix;
+use kernels::matrix::QMatrix;
 use std::borrow::Cow;
 
 pub struct LayerWeights<'a> {

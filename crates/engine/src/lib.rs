@@ -31,6 +31,7 @@
 
 pub mod backend;
 pub mod job;
+pub mod memory;
 pub mod params;
 pub mod prompt;
 pub mod rng;

@@ -13,6 +13,13 @@ pub fn completion_tokens(vocab: &Vocab, text: &str) -> Vec<u32> {
     vocab.encode(text, true, true)
 }
 
+/// Tokens of a document added to a memory: plain text. Nothing in it
+/// becomes a control token (a document is data, not instructions), and no
+/// BOS (it continues a history).
+pub fn document_tokens(vocab: &Vocab, text: &str) -> Vec<u32> {
+    vocab.encode(text, false, false)
+}
+
 /// Tokens of a prompt rendered by a chat template (`chat`,
 /// `/v1/chat/completions`). The template writes the model's control tokens
 /// as text, so they are parsed; BOS is added where the model wants one and

@@ -40,6 +40,12 @@ pub struct Args {
     /// streaming.
     #[arg(long)]
     pub json: bool,
+    /// A memory file (`cachefit memory ingest`): the prompt sees its
+    /// history (the start, the end, and blocks recalled for the prompt).
+    #[arg(long, value_name = "FILE")]
+    pub memory: Option<PathBuf>,
+    #[command(flatten)]
+    pub mem: super::memory::MemoryArgs,
 }
 
 fn read_prompt(args: &Args) -> Result<String> {
@@ -78,6 +84,11 @@ pub fn run(args: Args) -> Result<()> {
     let path = args.model.shown();
     let opts = common::state_options(&opened, &args.ctx, false)?;
     let n_ctx = opts.n_ctx;
+    // Before binding: binding may release pages the hash would read again.
+    let fingerprint = args
+        .memory
+        .as_ref()
+        .map(|_| engine::memory::fingerprint(&opened.file, vocab));
     let model = super::generate::bind(&opened, &args.model)?;
     let mut local = Local::new(&opened, &model, &opts, pools)?;
     let load_ms = ms(t_start);
@@ -102,6 +113,30 @@ pub fn run(args: Args) -> Result<()> {
             tokens.len()
         );
     }
+    let tokens = match (&args.memory, fingerprint) {
+        (Some(path), Some(fp)) => {
+            let reserve = match args.gen.max_tokens() {
+                usize::MAX => n_ctx / 4,
+                n => n,
+            };
+            let mut enc =
+                engine::memory::ModelEncoder::new(&model, kernels::pool::ThreadPool::new(threads))?;
+            let session = super::memory::open_session(
+                path,
+                &opened,
+                fp,
+                &mut enc,
+                memory::Mode::Read,
+                args.mem.config(),
+            )?;
+            let t = Instant::now();
+            let (context, view) =
+                engine::memory::assemble(&session, &mut enc, vocab, &tokens, n_ctx, reserve)?;
+            super::memory::log_view(&session, &view, t.elapsed());
+            context
+        }
+        _ => tokens,
+    };
     let n_prompt = tokens.len();
     if args.gen.n_predict == 0 {
         eprintln!("cachefit: -n 0: nothing to generate");

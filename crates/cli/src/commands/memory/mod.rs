@@ -1,9 +1,14 @@
-//! `cachefit memory inspect|verify FILE [--json]`: what a long-memory file
-//! holds, and a check of every record (exit 1 with a report on damage).
-//! Format and crash safety: `crates/memory` and docs/MEMORY.md.
+//! `cachefit memory ingest|inspect|verify FILE ...`: append documents to a
+//! long-memory file ([`ingest`]), what a file holds, and a check of every
+//! record (exit 1 with a report on damage). Format and crash safety:
+//! `crates/memory`; the model side: `engine::memory`; docs/MEMORY.md.
 
+mod ingest;
+
+use super::common::Opened;
 use anyhow::{bail, Result};
-use std::path::PathBuf;
+use engine::memory::{KeyEncoder, MemoryConfig, MemorySession};
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -13,6 +18,8 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 pub enum Command {
+    /// Append documents to a memory file (made for the model if new).
+    Ingest(ingest::Args),
     /// Model fingerprint, tokens, bytes, bytes per token, blocks, index.
     Inspect(FileArgs),
     /// Check every record's header chain and checksum; exit 1 on damage.
@@ -28,12 +35,100 @@ pub struct FileArgs {
     pub json: bool,
 }
 
+/// How much of a memory's history a prompt sees; flags of `run`, `chat`,
+/// `serve` and `memory ingest`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MemoryArgs {
+    /// Tokens at the end of the history kept in context (the hot window).
+    #[arg(long = "memory-hot", value_name = "N", default_value_t = MemoryConfig::default().hot_tokens)]
+    pub hot: usize,
+    /// Blocks (of 64 tokens) recalled from older history per prompt.
+    #[arg(long = "memory-recall", value_name = "N", default_value_t = MemoryConfig::default().recall_blocks)]
+    pub recall: usize,
+    /// Tokens at the start of the history kept in context (attention sinks).
+    #[arg(long = "memory-sinks", value_name = "N", default_value_t = MemoryConfig::default().sink_tokens)]
+    pub sinks: usize,
+}
+
+impl MemoryArgs {
+    pub fn config(&self) -> MemoryConfig {
+        MemoryConfig {
+            hot_tokens: self.hot,
+            recall_blocks: self.recall,
+            sink_tokens: self.sinks,
+            ..MemoryConfig::default()
+        }
+    }
+}
+
+/// Open the memory file at `path` for `opened`'s model (`fingerprint`),
+/// or make it with the layout `enc` measures.
+pub fn open_session(
+    path: &Path,
+    opened: &Opened,
+    fingerprint: [u8; 32],
+    enc: &mut dyn KeyEncoder,
+    mode: memory::Mode,
+    config: MemoryConfig,
+) -> Result<MemorySession> {
+    let vocab = &opened.vocab;
+    let id_bytes = if vocab.len() <= 1 << 16 { 2 } else { 4 };
+    let new = !path.exists();
+    if new {
+        eprintln!(
+            "cachefit: {}: a new memory file; measuring which of the model's heads retrieve",
+            path.display()
+        );
+    }
+    let s = MemorySession::open_or_create(
+        path,
+        fingerprint,
+        enc,
+        |t| engine::prompt::document_tokens(vocab, t),
+        id_bytes,
+        mode,
+        config,
+    )?;
+    if new {
+        let slots: Vec<String> = s
+            .layout()
+            .slots
+            .iter()
+            .map(|x| format!("{}.{}", x.layer, x.kv_head))
+            .collect();
+        eprintln!(
+            "cachefit: {}: {} slots (layer.head): {}",
+            path.display(),
+            slots.len(),
+            slots.join(" ")
+        );
+    }
+    Ok(s)
+}
+
+/// One stderr line on what a prompt sees of a memory.
+pub fn log_view(s: &MemorySession, v: &engine::memory::View, took: std::time::Duration) {
+    eprintln!(
+        "cachefit: memory {}: {} tokens of history; the prompt sees {} (start {}, end {}, {} recalled in {} block{}), found in {:.0} ms",
+        s.path().display(),
+        s.tokens(),
+        v.tokens.len(),
+        v.sinks,
+        v.hot,
+        v.recalled_tokens,
+        v.recalled.len(),
+        if v.recalled.len() == 1 { "" } else { "s" },
+        took.as_secs_f64() * 1e3
+    );
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 pub fn run(args: Args) -> Result<()> {
     match args.command {
+        Command::Ingest(a) => ingest::run(a),
         Command::Inspect(a) => inspect(a),
         Command::Verify(a) => verify(a),
     }

@@ -66,7 +66,9 @@ impl ModelConfig {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
-            "cachefit" => return crate::cachefit::config::from_gguf(md),
+            "cachefit" => {
+                return crate::cachefit::config::from_gguf(md)?.checked_numbers(arch_name)
+            }
             other => {
                 return Err(Error::UnsupportedArch {
                     arch: other.to_string(),
@@ -159,7 +161,7 @@ impl ModelConfig {
             Some(v) => v as usize,
             None => md.get_array("tokenizer.ggml.tokens")?.1.len(),
         };
-        Ok(ModelConfig {
+        ModelConfig {
             arch,
             n_layers,
             dim,
@@ -184,7 +186,46 @@ impl ModelConfig {
             qkv_bias: arch == Arch::Qwen2,
             qk_norm: arch == Arch::Qwen3,
             cachefit: None,
-        })
+        }
+        .checked_numbers(arch_name)
+    }
+
+    /// Refuse values that would make every forward pass NaN or divide by
+    /// zero (issue 19: a hostile file's `rms_epsilon` of NaN, 0 or -1, a
+    /// RoPE base of 0, a RoPE dimension of 0), naming the key.
+    fn checked_numbers(self, arch_name: &str) -> Result<ModelConfig, Error> {
+        let bad = |k: &str, problem: String| Error::BadValue {
+            key: format!("{arch_name}.{k}"),
+            problem,
+        };
+        let eps = self.norm_eps;
+        if !(eps.is_finite() && eps > 0.0) {
+            return Err(bad(
+                "attention.layer_norm_rms_epsilon",
+                format!("{eps} must be a positive finite number (usually 1e-5 or 1e-6)"),
+            ));
+        }
+        let base = self.rope.freq_base;
+        if !(base.is_finite() && base > 0.0) {
+            return Err(bad(
+                "rope.freq_base",
+                format!("{base} must be a positive finite number (usually 10000 or more)"),
+            ));
+        }
+        let scale = self.rope.freq_scale;
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(bad(
+                "rope.scaling.factor",
+                format!("{} must be a positive finite number", 1.0 / scale),
+            ));
+        }
+        if self.rope.n_rot == 0 {
+            return Err(bad(
+                "rope.dimension_count",
+                "0: RoPE must rotate at least one pair of dimensions".to_string(),
+            ));
+        }
+        Ok(self)
     }
 
     /// Width of all query heads together.
@@ -260,6 +301,67 @@ mod tests {
             e.contains("llama.rope.scaling.type") && e.contains("yarn"),
             "{e}"
         );
+    }
+
+    /// Issue 19: NaN, zero or negative norm epsilon, RoPE base or scale,
+    /// and a zero RoPE dimension are refused at load, naming the key.
+    #[test]
+    fn numbers_that_break_the_forward_pass_are_refused() {
+        let cases: &[(&str, Value, &str)] = &[
+            (
+                "llama.attention.layer_norm_rms_epsilon",
+                Value::F32(f32::NAN),
+                "layer_norm_rms_epsilon",
+            ),
+            (
+                "llama.attention.layer_norm_rms_epsilon",
+                Value::F32(0.0),
+                "layer_norm_rms_epsilon",
+            ),
+            (
+                "llama.attention.layer_norm_rms_epsilon",
+                Value::F32(-1e-5),
+                "layer_norm_rms_epsilon",
+            ),
+            (
+                "llama.attention.layer_norm_rms_epsilon",
+                Value::F32(f32::INFINITY),
+                "layer_norm_rms_epsilon",
+            ),
+            ("llama.rope.freq_base", Value::F32(0.0), "rope.freq_base"),
+            (
+                "llama.rope.freq_base",
+                Value::F32(-10000.0),
+                "rope.freq_base",
+            ),
+            (
+                "llama.rope.freq_base",
+                Value::F32(f32::NAN),
+                "rope.freq_base",
+            ),
+            (
+                "llama.rope.scaling.factor",
+                Value::F32(-2.0),
+                "rope.scaling.factor",
+            ),
+            (
+                "llama.rope.scaling.factor",
+                Value::F32(f32::NAN),
+                "rope.scaling.factor",
+            ),
+            (
+                "llama.rope.dimension_count",
+                Value::U32(0),
+                "rope.dimension_count",
+            ),
+        ];
+        for (key, value, named) in cases {
+            let mut m = smollm_like();
+            m.set(*key, value.clone());
+            let e = ModelConfig::from_gguf(&m).unwrap_err().to_string();
+            assert!(e.contains(named), "{key} = {value:?}: {e}");
+        }
+        assert!(ModelConfig::from_gguf(&smollm_like()).is_ok());
     }
 
     #[test]

@@ -207,7 +207,8 @@ pub fn run(args: Args) -> Result<()> {
             "cachefit: chatting; /help for commands, Ctrl-C stops a reply, /exit or Ctrl-D leaves"
         );
     }
-    let mut reader = InputReader::new(stdin.lock(), interactive);
+    let mut reader =
+        InputReader::new(stdin.lock(), interactive).with_limit(args.ctx.max_prompt_bytes());
     loop {
         ctrl_c.set_busy(false);
         match reader.next().context("reading stdin")? {

@@ -90,6 +90,9 @@ pub enum Msg {
     Job(Box<Job>),
     /// Shutdown deadline: end every queued and running job now.
     CancelAll,
+    /// End every queued and running job now with this 503 message (the
+    /// model file changed on disk).
+    Abort(String),
 }
 
 /// Why a generation ended, as OpenAI's `finish_reason` says it.
@@ -269,6 +272,7 @@ impl<B: Backend> Engine<B> {
         match msg {
             Msg::Job(job) => self.queue.push_back(job),
             Msg::CancelAll => self.cancel_all("the server is shutting down"),
+            Msg::Abort(why) => self.cancel_all(&why),
         }
     }
 
@@ -288,6 +292,11 @@ impl<B: Backend> Engine<B> {
         self.steps += 1;
         let t0 = Instant::now();
         self.backend.eval(&self.batch);
+        // The model file changed under the pass: its logits are garbage.
+        if let Some(fault) = mapguard::faulted() {
+            self.cancel_all(&fault.to_string());
+            return true;
+        }
         let eval_time = t0.elapsed();
         let (n_vocab, n_ctx) = (self.backend.n_vocab(), self.backend.n_ctx());
         let logits = self.backend.logits();

@@ -96,6 +96,10 @@ pub struct Args {
     /// Print each rendered prompt on stderr before its reply.
     #[arg(long)]
     pub verbose_prompt: bool,
+    /// Let control tokens typed in messages (`<|im_end|>`) act as control
+    /// tokens; by default message text is always text.
+    #[arg(long = "special-in-messages")]
+    pub special_in_messages: bool,
 }
 
 fn check_args(args: &Args) -> Result<()> {
@@ -197,6 +201,11 @@ pub fn run(args: Args) -> Result<()> {
         limit,
         reserve: if args.n_predict > 0 { limit } else { n_ctx / 4 },
         verbose_prompt: args.verbose_prompt,
+        special: if args.special_in_messages {
+            chat::Special::Parse
+        } else {
+            chat::Special::Text
+        },
     };
 
     let ctrl_c = CtrlC::install()?;
@@ -256,6 +265,8 @@ struct Chat<'a> {
     /// Room kept for a reply when fitting the conversation in the context.
     reserve: usize,
     verbose_prompt: bool,
+    /// `--special-in-messages`.
+    special: chat::Special,
 }
 
 impl Chat<'_> {
@@ -275,9 +286,12 @@ impl Chat<'_> {
         let n_ctx = self.engine.state.n_ctx();
         let vocab = self.vocab;
         self.conversation.push_user(text);
-        let fit =
-            self.conversation
-                .fit(&self.template, |t| tokenize(vocab, t), n_ctx, self.reserve);
+        let fit = self.conversation.fit(
+            &self.template,
+            |m, t| tokenize(&self.template, m, t, vocab, self.special),
+            n_ctx,
+            self.reserve,
+        );
         let prompt = match fit {
             Ok(Fit::Fits(prompt)) => prompt,
             Ok(Fit::TooLong { tokens }) => {
@@ -354,18 +368,17 @@ impl Chat<'_> {
     }
 }
 
-/// Tokens for a rendered prompt. The template writes the model's control
-/// tokens as text, so they are parsed; BOS is added by hand where the model
-/// wants one and the template did not write it, and never EOS (which
-/// `add_special` would append for some vocabularies).
-fn tokenize(vocab: &Vocab, text: &str) -> Vec<u32> {
-    let mut tokens = vocab.encode(text, false, true);
-    if let Some(bos) = vocab.bos().filter(|_| vocab.add_bos()) {
-        if tokens.first() != Some(&bos) {
-            tokens.insert(0, bos);
-        }
-    }
-    tokens
+/// Tokens for a rendered prompt: control tokens from the template's own
+/// text only, message text as text unless `--special-in-messages`
+/// ([`chat::prompt`]); BOS where the model wants one, never EOS.
+fn tokenize(
+    template: &ChatTemplate,
+    messages: &[chat::Message],
+    text: &str,
+    vocab: &Vocab,
+    special: chat::Special,
+) -> Result<Vec<u32>, chat::Error> {
+    chat::tokenize_rendered(template, messages, true, text, vocab, special)
 }
 
 /// The stats line after a reply, and why it ended if that needs saying.

@@ -100,7 +100,7 @@ pub fn read_bounded(path: &std::path::Path, max_bytes: usize) -> Result<String> 
         .with_context(|| format!("reading {}", path.display()))?;
     if bytes.len() > max_bytes {
         bail!(
-            "{} is longer than {max_bytes} bytes, more than the context can use (--max-prompt-bytes raises the limit)",
+            "{} is longer than {max_bytes} bytes, more than can be used",
             path.display()
         );
     }

@@ -95,7 +95,8 @@ pub fn run(args: Args) -> Result<()> {
     // Many windows of the context, so not bounded by one: --max-prompt-bytes
     // or a size no evaluation here would finish.
     let limit = args.ctx.max_prompt_bytes.unwrap_or(PPL_MAX_TEXT_BYTES);
-    let text = common::read_bounded(&args.file, limit)?;
+    let text = common::read_bounded(&args.file, limit)
+        .context("reading the text (--max-prompt-bytes raises the limit)")?;
     if text.is_empty() {
         bail!("{} is empty", args.file.display());
     }

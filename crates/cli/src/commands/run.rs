@@ -81,7 +81,7 @@ fn read_prompt(args: &Args) -> Result<String> {
     let prompt = match (args.prompt.as_ref().or(args.text.as_ref()), &args.file) {
         (Some(p), _) => p.clone(),
         (None, Some(f)) => common::read_bounded(f, args.ctx.max_prompt_bytes())
-            .context("reading the prompt file")?,
+            .context("reading the prompt file (--max-prompt-bytes raises the limit)")?,
         (None, None) => {
             bail!("no prompt: give one (`cachefit run \"ROMEO:\"`), -p PROMPT or -f FILE")
         }

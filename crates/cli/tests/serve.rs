@@ -628,7 +628,7 @@ fn the_connection_cap_evicts_idle_connections_then_sheds() {
         .map(|_| TcpStream::connect(&server.addr).unwrap())
         .collect();
     // Let the server accept them before the next.
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_secs(2));
     assert_eq!(server.request("GET", "/health", &[], b"").status, 200);
     // Connections in the middle of a head are not idle: not evicted.
     let busy: Vec<TcpStream> = (0..3)
@@ -638,7 +638,7 @@ fn the_connection_cap_evicts_idle_connections_then_sheds() {
             s
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_secs(2));
     let r = server.request("GET", "/health", &[], b"");
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(r.error()["code"], "too_many_connections");

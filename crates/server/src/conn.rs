@@ -413,30 +413,34 @@ pub async fn serve(
                 let state = state.clone();
                 state.busy();
                 let router = router.clone();
-                async move {
+                Box::pin(async move {
                     let response = router
                         .oneshot(req.map(Body::new))
                         .await
                         .unwrap_or_else(|e| match e {});
                     Ok::<_, Infallible>(response.map(|inner| Body::new(Tracked { inner, state })))
-                }
+                })
             });
-            let conn = hyper::server::conn::http1::Builder::new()
+            let mut conn = hyper::server::conn::http1::Builder::new()
                 // The client may shut its sending side after the request
                 // and still want the answer.
                 .half_close(true)
                 .header_read_timeout(None)
                 .serve_connection(io, service);
-            let mut conn = std::pin::pin!(conn);
             let mut stopping = false;
-            loop {
+            let done = loop {
                 tokio::select! {
-                    _ = conn.as_mut() => break,
+                    r = std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)) => break r,
                     _ = stop.wait_for(|s| *s), if !stopping => {
                         stopping = true;
-                        conn.as_mut().graceful_shutdown();
+                        Pin::new(&mut conn).graceful_shutdown();
                     }
                 }
+            };
+            // Ended cleanly: close gently. (After an error, such as a
+            // timeout, the socket is dropped at once.)
+            if done.is_ok() {
+                linger(conn.into_parts().io.into_inner().inner).await;
             }
             registry.remove(id);
             drop(open);
@@ -446,6 +450,32 @@ pub async fn serve(
     drop(open_rx);
     open_tx.closed().await;
 }
+
+/// Close after an answer without losing it: a request body we did not
+/// read (a 413 from the declared length) left unread in the socket makes
+/// the kernel reset the connection, which can destroy the answer before
+/// the client reads it. So: send FIN, then read and drop what the client
+/// still sends, for a short bounded while, before closing.
+async fn linger(mut stream: TcpStream) {
+    let _ = tokio::time::timeout(LINGER, async {
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            let n = tokio::io::AsyncReadExt::read(&mut stream, &mut sink).await?;
+            if n == 0 {
+                break;
+            }
+            left -= n.min(left);
+        }
+        io::Result::Ok(())
+    })
+    .await;
+}
+
+/// How long and how much [`linger`] reads before closing anyway.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 256 << 10;
 
 /// Over the connection cap with none idle: answer 503 and close, or just
 /// close when too many are already being answered.
@@ -461,23 +491,10 @@ fn shed(mut stream: TcpStream, shedding: &Arc<AtomicUsize>) {
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
             body.len()
         );
-        let _ = tokio::time::timeout(Duration::from_secs(2), async {
-            stream.write_all(response.as_bytes()).await?;
-            stream.shutdown().await?;
-            // Read what the client sent, so closing does not reset the
-            // connection before it reads the answer.
-            let mut sink = [0u8; 4096];
-            let mut left = 64 << 10;
-            while left > 0 {
-                let n = tokio::io::AsyncReadExt::read(&mut stream, &mut sink).await?;
-                if n == 0 {
-                    break;
-                }
-                left -= n.min(left);
-            }
-            io::Result::Ok(())
-        })
-        .await;
+        let written = tokio::time::timeout(LINGER, stream.write_all(response.as_bytes())).await;
+        if matches!(written, Ok(Ok(()))) {
+            linger(stream).await;
+        }
         shedding.fetch_sub(1, Ordering::AcqRel);
     });
 }

@@ -1,7 +1,8 @@
 //! Fuzz the tokenizers: any text encodes without panicking (control tokens
 //! parsed or not), and encoding then decoding gives the text back where
 //! the vocabulary allows it (byte-level BPE: always; SentencePiece with
-//! byte fallback: always, the added leading space removed by decode).
+//! byte fallback: always, the added leading space removed by decode, except
+//! for text holding U+2581, the character it writes spaces as).
 #![no_main]
 
 use std::sync::OnceLock;
@@ -47,6 +48,7 @@ fuzz_target!(|data: &[u8]| {
                 },
             ))
             .expect("valid UTF-8 in, valid UTF-8 out"),
+            TokenizerModel::Spm if text.contains('\u{2581}') => continue,
             TokenizerModel::Spm => vocab.decode(&ids),
         };
         assert_eq!(back, text, "{:?}", vocab.pre_tokenizer_name());

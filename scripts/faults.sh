@@ -181,21 +181,39 @@ fi
 # 6. Signals during quantize leave no .partial file (nor an output).
 if [ -f "$smollm" ]; then
     for sig in INT TERM HUP; do
-        rm -f "$work"/q.gguf*
-        "$bin" quantize "$smollm" "$work/q.gguf" Q8_0 -t 1 > /dev/null 2> "$work/q.err" &
+        rm -f "$work"/q.gguf "$work"/.q.gguf.*
+        "$bin" quantize "$smollm" "$work/q.gguf" Q4_K_M --allow-requantize -t 1 > /dev/null 2> "$work/q.err" &
         pid=$!
         pids+=("$pid")
+        # The output is written to a hidden .q.gguf.*.partial, then renamed.
         end=$((SECONDS + 60))
-        until ls "$work"/q.gguf*partial >/dev/null 2>&1 || [ $SECONDS -ge $end ] || ! kill -0 $pid 2>/dev/null; do sleep 0.05; done
+        until compgen -G "$work/.q.gguf.*.partial" >/dev/null || [ $SECONDS -ge $end ] || ! kill -0 $pid 2>/dev/null; do sleep 0.05; done
+        started=$(compgen -G "$work/.q.gguf.*.partial" >/dev/null && echo yes || echo no)
         kill -$sig $pid 2>/dev/null
         exit_status $pid 60
-        left=$(ls "$work" | grep -c '^q\.gguf' || true)
-        if [ "$st" != 0 ] && [ "$st" != 999 ] && [ "$left" = 0 ]; then
-            ok "quantize: SIG$sig leaves nothing behind (exit $st)"
+        left=$(ls -A "$work" | grep -E '^\.?q\.gguf' | tr '\n' ' ')
+        if [ "$started" = yes ] && [ "$st" != 0 ] && [ "$st" != 999 ] && [ -z "$left" ]; then
+            ok "quantize: SIG$sig mid-write leaves nothing behind (exit $st)"
         else
-            bad "quantize: SIG$sig" "exit $st, files left: $(ls "$work" | grep '^q\.gguf' | tr '\n' ' ')" "$(tail -2 "$work/q.err")"
+            bad "quantize: SIG$sig" "started writing: $started, exit $st, files left: $left" "$(tail -2 "$work/q.err")"
         fi
     done
+    # The input truncated while quantize reads it.
+    rm -f "$work"/q.gguf "$work"/.q.gguf.*
+    cp "$smollm" "$work/in.gguf"
+    "$bin" quantize "$work/in.gguf" "$work/q.gguf" Q4_K_M --allow-requantize -t 1 > /dev/null 2> "$work/q.err" &
+    pid=$!
+    pids+=("$pid")
+    end=$((SECONDS + 60))
+    until compgen -G "$work/.q.gguf.*.partial" >/dev/null || [ $SECONDS -ge $end ] || ! kill -0 $pid 2>/dev/null; do sleep 0.05; done
+    truncate -s 4096 "$work/in.gguf"
+    exit_status $pid 60
+    left=$(ls -A "$work" | grep -E '^\.?q\.gguf' | tr '\n' ' ')
+    if [ "$st" = 1 ] && [ -z "$left" ] && grep -q "changed on disk while in use" "$work/q.err"; then
+        ok "quantize: input truncated mid-read: clear error, nothing left behind"
+    else
+        bad "quantize: input truncated mid-read" "exit $st, files left: $left" "$(tail -2 "$work/q.err")"
+    fi
 else
     echo "note - quantize signals skipped: no SmolLM2 at $smollm"
 fi

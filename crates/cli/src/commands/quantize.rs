@@ -114,6 +114,7 @@ pub fn run(args: Args) -> Result<()> {
         target.ftype(),
         if threads == 1 { "" } else { "s" }
     );
+    let before = file_identity(&args.input);
     let result = quantize::quantize_file(&args.input, &args.output, target, &opts, &on_progress);
     bar.finish_and_clear();
     if let Some(fault) = mapguard::faulted() {
@@ -122,6 +123,14 @@ pub fn run(args: Args) -> Result<()> {
             let _ = std::fs::remove_file(&args.output);
         }
         bail!("{fault}; nothing was written");
+    }
+    // Tensors copied as they are go from the map straight to write(2),
+    // which fails with EFAULT (not SIGBUS) on a truncated input: say why.
+    if result.is_err() && file_identity(&args.input) != before {
+        bail!(
+            "{}: the file changed on disk while in use (it was truncated or overwritten); nothing was written",
+            args.input.display()
+        );
     }
     let summary = result.with_context(|| {
         format!(
@@ -132,6 +141,12 @@ pub fn run(args: Args) -> Result<()> {
     })?;
     print_summary(&summary);
     Ok(())
+}
+
+/// Size and modification time, to tell whether a file changed.
+fn file_identity(path: &std::path::Path) -> Option<(u64, std::time::SystemTime)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.len(), m.modified().ok()?))
 }
 
 fn print_plan(plan: &Plan) {

@@ -1,6 +1,8 @@
 //! `cachefit`: the command-line tool. Thin: each subcommand is a file in
 //! `commands/` over the library crates; errors print their chain and exit 1.
 
+#[macro_use]
+mod out;
 mod commands;
 
 use clap::{Parser, Subcommand};
@@ -68,6 +70,9 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // A closed stdout (`cachefit bench | head -1`): the reader took what
+        // it wanted.
+        Err(e) if closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             for cause in e.chain().skip(1) {
@@ -76,4 +81,11 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

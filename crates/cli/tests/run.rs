@@ -12,7 +12,9 @@ fn model() -> Option<String> {
 fn greedy_continuation_streams_and_reports_timings() {
     let Some(m) = model() else { return };
     let p = "The capital of France is";
-    let (ok, out, err) = cachefit(&["run", "-m", &m, "-p", p, "-n", "8", "-t", "2"]);
+    let (ok, out, err) = cachefit(&[
+        "run", "--temp", "0", "-m", &m, "-p", p, "-n", "8", "-t", "2",
+    ]);
     assert!(ok, "{err}");
     assert!(out.contains("Paris"), "{out:?}");
     assert!(
@@ -22,12 +24,25 @@ fn greedy_continuation_streams_and_reports_timings() {
     assert!(err.contains("2 threads"), "{err}");
 
     // Without -t: the physical cores available, with the reason logged.
-    let (ok, _, err) = cachefit(&["run", "-m", &m, "-p", p, "-n", "1"]);
+    let (ok, _, err) = cachefit(&["run", "--temp", "0", "-m", &m, "-p", p, "-n", "1"]);
     assert!(ok, "{err}");
     assert!(err.contains("physical core"), "{err}");
 
     // Same tokens on one thread, and with the file read into memory.
-    let (ok, out1, err) = cachefit(&["run", "-m", &m, "-p", p, "-n", "8", "-t", "1", "--no-mmap"]);
+    let (ok, out1, err) = cachefit(&[
+        "run",
+        "--temp",
+        "0",
+        "-m",
+        &m,
+        "-p",
+        p,
+        "-n",
+        "8",
+        "-t",
+        "1",
+        "--no-mmap",
+    ]);
     assert!(ok, "{err}");
     assert_eq!(out, out1);
 }
@@ -38,7 +53,7 @@ fn threads_batch_reads_the_prompt_on_its_own_pool() {
     // A prompt of several tokens, so it goes through the batch pool.
     let p = "The capital of France is";
     let run = |args: &[&str]| {
-        let mut all = vec!["run", "-m", &m, "-p", p, "-n", "8", "--json"];
+        let mut all = vec!["run", "--temp", "0", "-m", &m, "-p", p, "-n", "8", "--json"];
         all.extend_from_slice(args);
         let (ok, out, err) = cachefit(&all);
         assert!(ok, "{args:?}: {err}");
@@ -89,7 +104,9 @@ fn cpu_mask_and_range_choose_the_cpus_and_the_default_threads() {
         if first >= 127 {
             break; // the hex mask above cannot name it
         }
-        let mut args = vec!["run", "-m", &m, "-p", "Hi", "-n", "2", "--json"];
+        let mut args = vec![
+            "run", "--temp", "0", "-m", &m, "-p", "Hi", "-n", "2", "--json",
+        ];
         args.extend(mask.iter().map(String::as_str));
         let (ok, out, err) = cachefit(&args);
         assert!(ok, "{mask:?}: {err}");
@@ -113,6 +130,8 @@ fn json_and_prompt_file() {
     std::fs::write(&f, "The capital of France is").unwrap();
     let (ok, out, err) = cachefit(&[
         "run",
+        "--temp",
+        "0",
         "-m",
         &m,
         "-f",
@@ -160,7 +179,9 @@ fn stops_at_end_of_generation_unless_ignored() {
     let Some(m) = model() else { return };
     // A chat turn ends with <|im_end|>.
     let p = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n";
-    let (ok, out, err) = cachefit(&["run", "-m", &m, "-p", p, "-n", "200", "--json"]);
+    let (ok, out, err) = cachefit(&[
+        "run", "--temp", "0", "-m", &m, "-p", p, "-n", "200", "--json",
+    ]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["stop"], "eog", "{v}");
@@ -189,7 +210,7 @@ fn stop_strings_penalties_and_cache_types() {
     let Some(m) = model() else { return };
     let p = "The capital of France is";
     let json = |args: &[&str]| -> serde_json::Value {
-        let mut a = vec!["run", "-m", &m, "-p", p, "--json"];
+        let mut a = vec!["run", "--temp", "0", "-m", &m, "-p", p, "--json"];
         a.extend_from_slice(args);
         let (ok, out, err) = cachefit(&a);
         assert!(ok, "{args:?}: {err}");
@@ -298,7 +319,7 @@ fn clear_errors() {
     );
 
     // -n 0: nothing generated, says so, succeeds.
-    let (ok, out, err) = cachefit(&["run", "-m", &m, "-p", "Hi", "-n", "0"]);
+    let (ok, out, err) = cachefit(&["run", "--temp", "0", "-m", &m, "-p", "Hi", "-n", "0"]);
     assert!(ok, "{err}");
     assert!(
         out.is_empty() && err.contains("nothing to generate"),
@@ -336,7 +357,17 @@ fn model_without_tokenizer_or_unknown_arch() {
         }
         let out = dir.path().join(name);
         write_with_metadata(md, &out);
-        let (ok, _, err) = cachefit(&["run", "-m", out.to_str().unwrap(), "-p", "Hi", "-n", "1"]);
+        let (ok, _, err) = cachefit(&[
+            "run",
+            "--temp",
+            "0",
+            "-m",
+            out.to_str().unwrap(),
+            "-p",
+            "Hi",
+            "-n",
+            "1",
+        ]);
         assert!(!ok);
         assert!(err.contains(want), "{name}: {err}");
     }

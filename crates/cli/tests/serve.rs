@@ -1,193 +1,18 @@
 //! `cachefit serve` through the real binary, spoken to over plain HTTP/1.1
 //! on loopback (the OpenAI-client tests are tests/openai/).
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod server_support;
+
+use server_support::{parse_response, Server};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 fn model() -> Option<String> {
     testkit::model(testkit::SMOLLM2_Q4_1).map(|p| p.to_str().unwrap().to_string())
-}
-
-/// A running server; killed if a test fails before stopping it.
-struct Server {
-    child: Child,
-    addr: String,
-    stderr: mpsc::Receiver<String>,
-    /// What it logged before it listened.
-    start_log: String,
-}
-
-impl Server {
-    fn start(m: &str, extra: &[&str]) -> Server {
-        let ctx: &[&str] = if extra.contains(&"-c") {
-            &[]
-        } else {
-            &["-c", "256"]
-        };
-        // An empty `m`: the built-in model.
-        let model: &[&str] = if m.is_empty() { &[] } else { &["-m", m] };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cachefit"))
-            .args(["serve", "--port", "0", "-t", "1"])
-            .args(model)
-            .args(ctx)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start cachefit serve");
-        let (tx, rx) = mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut log = String::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(addr) = line.split("listening on http://").nth(1) {
-                        return Server {
-                            child,
-                            addr: addr.trim().to_string(),
-                            stderr: rx,
-                            start_log: log,
-                        };
-                    }
-                    log.push_str(&line);
-                    log.push('\n');
-                }
-                Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("the server did not start:\n{log}");
-                }
-            }
-        }
-    }
-
-    /// One request on its own connection: (status, headers, body).
-    fn request(&self, method: &str, path: &str, headers: &[&str], body: &[u8]) -> Response {
-        let mut s = TcpStream::connect(&self.addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
-            self.addr,
-            body.len()
-        );
-        for h in headers {
-            head.push_str(h);
-            head.push_str("\r\n");
-        }
-        head.push_str("\r\n");
-        s.write_all(head.as_bytes()).unwrap();
-        s.write_all(body).unwrap();
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).unwrap();
-        parse_response(&raw)
-    }
-
-    fn post(&self, path: &str, headers: &[&str], body: &str) -> Response {
-        let mut h = vec!["Content-Type: application/json"];
-        h.extend_from_slice(headers);
-        self.request("POST", path, &h, body.as_bytes())
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig}");
-    }
-
-    /// Wait for the process to exit; its status and the rest of stderr.
-    fn wait(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                let rest: Vec<String> = self.stderr.try_iter().collect();
-                return (status, rest.join("\n"));
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("the server did not exit within {limit:?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct Response {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-impl Response {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
-    }
-
-    /// An OpenAI-shaped error: {"error": {"message", "type", "param", "code"}}.
-    fn error(&self) -> Value {
-        let v = self.json();
-        let e = &v["error"];
-        assert!(e["message"].is_string() && e["type"].is_string(), "{v}");
-        assert!(e.get("param").is_some() && e.get("code").is_some(), "{v}");
-        e.clone()
-    }
-}
-
-fn parse_response(raw: &[u8]) -> Response {
-    let text = String::from_utf8_lossy(raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").expect("a header block");
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let chunked = head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    Response {
-        status,
-        head: head.to_string(),
-        body,
-    }
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = &rest[n + 2..];
-    }
-    out
 }
 
 const KEY: &str = "Authorization: Bearer sesame";
@@ -288,7 +113,7 @@ fn health_errors_auth_and_greedy_parity_with_run() {
     let v = r.json();
     let run = Command::new(env!("CARGO_BIN_EXE_cachefit"))
         .args([
-            "run", "-m", &m, "-p", p, "-n", "8", "-t", "1", "-c", "256", "--json",
+            "run", "--temp", "0", "-m", &m, "-p", p, "-n", "8", "-t", "1", "-c", "256", "--json",
         ])
         .output()
         .unwrap();
@@ -516,7 +341,7 @@ fn status_of(raw: &[u8]) -> Option<u16> {
 /// client that half-closes after its request. The built-in model.
 #[test]
 fn declared_sizes_expectations_host_and_half_close() {
-    let server = Server::start("", &["--max-body", "1000"]);
+    let server = Server::start_builtin(&["--max-body", "1000"]);
     // 100 MB declared, 7 bytes sent: 413 at once, no 100 Continue.
     for expect in ["", "Expect: 100-continue\r\n"] {
         let mut s = TcpStream::connect(&server.addr).unwrap();
@@ -573,17 +398,14 @@ fn declared_sizes_expectations_host_and_half_close() {
 /// timings: each is closed well within a generous bound.
 #[test]
 fn slow_clients_are_cut_off_by_the_timeouts() {
-    let server = Server::start(
-        "",
-        &[
-            "--timeout-header",
-            "1",
-            "--timeout-idle",
-            "1",
-            "--timeout-body",
-            "1",
-        ],
-    );
+    let server = Server::start_builtin(&[
+        "--timeout-header",
+        "1",
+        "--timeout-idle",
+        "1",
+        "--timeout-body",
+        "1",
+    ]);
     // Connected, nothing sent.
     let mut idle = TcpStream::connect(&server.addr).unwrap();
     // Half a head.
@@ -623,7 +445,7 @@ fn slow_clients_are_cut_off_by_the_timeouts() {
 /// longest-idle connection; with none idle it gets a 503, not a hang.
 #[test]
 fn the_connection_cap_evicts_idle_connections_then_sheds() {
-    let server = Server::start("", &["--max-connections", "3", "--timeout-header", "60"]);
+    let server = Server::start_builtin(&["--max-connections", "3", "--timeout-header", "60"]);
     let idle: Vec<TcpStream> = (0..3)
         .map(|_| TcpStream::connect(&server.addr).unwrap())
         .collect();
@@ -674,7 +496,7 @@ fn api_key_from_a_file_or_the_environment() {
     );
     let file = dir.path().join("key");
     std::fs::write(&file, "sesame\n").unwrap();
-    let server = Server::start("", &["--api-key-file", file.to_str().unwrap()]);
+    let server = Server::start_builtin(&["--api-key-file", file.to_str().unwrap()]);
     assert_eq!(server.request("GET", "/v1/models", &[], b"").status, 401);
     assert_eq!(server.request("GET", "/v1/models", &[KEY], b"").status, 200);
 }

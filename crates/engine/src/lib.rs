@@ -1,46 +1,49 @@
-//! The engine layer between the model's logits and the text a client sees.
+//! The engine: everything between a model's logits and the text a caller
+//! sees, once, for `run`, `chat` and `serve` alike.
 //!
-//! For now: the sampling chain ([`sample`]) that turns a logits slice into a
-//! token id with llama.cpp's semantics, and the stop conditions ([`stop`])
-//! that decide when a generation ends without leaking part of a stop string.
-//! Sessions, slots and batching will live here too.
+//! - [`scheduler`]: the generation loop. Slots each with a KV cache, a
+//!   queue, one batched forward pass per step over every busy slot, prefix
+//!   reuse, cancellation. `run` is one slot and one job, `chat` one slot
+//!   kept across turns, `serve` N slots fed from a channel.
+//! - [`job`]: what a caller submits ([`Job`]) and hears back through its
+//!   [`Sink`]: text, then a [`Finish`] (with one [`FinishReason`]) or a
+//!   [`JobError`]. Callers choose how to show those (exit codes, HTTP
+//!   statuses); nothing here knows about HTTP or async.
+//! - [`backend`]: what the scheduler needs from a model ([`Backend`]) and
+//!   the real one over `model`'s forward pass ([`ModelBackend`]).
+//! - [`params`]: how a job generates ([`GenParams`]) and the one check of
+//!   sampling settings the CLI and the server share ([`validate`]).
+//! - [`prompt`]: text to prompt tokens, plain or through a chat template,
+//!   and the ends of a chat turn a template implies.
+//! - [`sample`], [`stop`], [`rng`]: the sampling chain with llama.cpp's
+//!   semantics and the stop conditions that never leak a stop string.
+//! - [`stats`]: counters for a server's `/metrics`.
 //!
-//! A generation loop:
+//! Running one prompt to the end:
 //!
-//! ```
-//! use engine::{Sampler, SamplerConfig, StopConditions};
-//!
-//! # let vocab = ["<eos>", "a", "b", "\n"];
-//! # let forward = |step: usize| -> Vec<f32> { let mut l = vec![0.0; 4]; l[[1, 2, 3, 3, 0][step.min(4)]] = 9.0; l };
-//! let mut sampler = Sampler::new(SamplerConfig { seed: Some(42), ..SamplerConfig::default() });
-//! let stop = StopConditions {
-//!     eog_tokens: vec![0],
-//!     stop_strings: vec!["\n\n".into()],
-//!     ignore_eos: false,
-//! };
-//! let mut matcher = stop.matcher();
-//! let mut shown = String::new();
-//! for step in 0..16 {
-//!     let mut logits = forward(step); // (n_vocab,)
-//!     stop.suppress_eog(&mut logits); // only acts with ignore_eos
-//!     let token = sampler.sample(&mut logits);
-//!     sampler.accept(token);
-//!     if stop.stops_at(token) {
-//!         break;
-//!     }
-//!     let piece = vocab[token as usize]; // streaming detokenizer in real code
-//!     if matcher.push(piece, &mut shown) {
-//!         break;
-//!     }
-//!     // print and flush `shown` here, then clear it
-//! }
-//! matcher.finish(&mut shown);
-//! assert_eq!(shown, "ab");
+//! ```ignore
+//! let mut scheduler = Scheduler::new(ModelBackend::new(cfg, weights, state, pool, None, &vocab))
+//!     .with_stream_interval(Duration::ZERO);
+//! let prompt = engine::prompt::completion_tokens(&vocab, "ROMEO:");
+//! scheduler.submit(Job::new(0, prompt, GenParams::new(SamplerConfig::default()), Box::new(sink)));
+//! scheduler.run_until_idle(); // the sink got the text and the finish
 //! ```
 
+pub mod backend;
+pub mod job;
+pub mod params;
+pub mod prompt;
 pub mod rng;
 pub mod sample;
+pub mod scheduler;
+pub mod stats;
 pub mod stop;
+mod text;
 
+pub use backend::{Backend, ModelBackend};
+pub use job::{Finish, FinishReason, Job, JobError, Sink};
+pub use params::{validate, GenParams, SamplingError, SamplingParam};
 pub use sample::{argmax, SampleError, Sampler, SamplerConfig};
+pub use scheduler::{Msg, Scheduler, DEFAULT_STREAM_INTERVAL};
+pub use stats::{Snapshot, Stats};
 pub use stop::{StopConditions, StopMatcher};

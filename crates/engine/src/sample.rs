@@ -576,7 +576,7 @@ fn dist(cands: &mut [Candidate], sorted: bool, rng: &mut Mt19937) -> u32 {
 }
 
 /// A seed from the OS-seeded hasher keys and the clock; no extra crates.
-fn random_seed() -> u32 {
+pub fn random_seed() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {

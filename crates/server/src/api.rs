@@ -10,11 +10,10 @@
 //! `repeat_penalty` are accepted as llama.cpp's extensions.
 
 use chat::Message;
-use engine::SamplerConfig;
+use engine::{Finish, FinishReason, GenParams, SamplerConfig};
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
-use crate::scheduler::Finish;
 
 /// Most stop strings a request may give.
 pub const MAX_STOP: usize = 16;
@@ -31,11 +30,10 @@ pub enum Kind {
 pub struct Options {
     pub stream: bool,
     pub include_usage: bool,
-    /// `max_completion_tokens`, else `max_tokens`; None: until the context
-    /// is full.
-    pub max_tokens: Option<usize>,
-    pub sampling: SamplerConfig,
-    pub stop: Vec<String>,
+    /// How to generate: the server's defaults (its command line) with what
+    /// the request sets. `max_tokens` is `max_completion_tokens`, else
+    /// `max_tokens`; `usize::MAX` runs until the context is full.
+    pub params: GenParams,
 }
 
 /// A completions prompt: text, or token ids.
@@ -71,7 +69,10 @@ pub fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 }
 
 impl ChatRequest {
-    pub fn from_json(obj: &Map<String, Value>) -> Result<ChatRequest, ApiError> {
+    pub fn from_json(
+        obj: &Map<String, Value>,
+        defaults: &GenParams,
+    ) -> Result<ChatRequest, ApiError> {
         let messages = match obj.get("messages") {
             Some(Value::Array(items)) if !items.is_empty() => items
                 .iter()
@@ -91,13 +92,16 @@ impl ChatRequest {
         };
         Ok(ChatRequest {
             messages,
-            options: Options::from_json(obj)?,
+            options: Options::from_json(obj, defaults)?,
         })
     }
 }
 
 impl CompletionRequest {
-    pub fn from_json(obj: &Map<String, Value>) -> Result<CompletionRequest, ApiError> {
+    pub fn from_json(
+        obj: &Map<String, Value>,
+        defaults: &GenParams,
+    ) -> Result<CompletionRequest, ApiError> {
         let one_prompt = || ApiError::param("prompt", "Only one prompt per request is supported");
         let prompt = match obj.get("prompt") {
             Some(Value::String(s)) => Prompt::Text(s.clone()),
@@ -147,7 +151,7 @@ impl CompletionRequest {
         }
         Ok(CompletionRequest {
             prompt,
-            options: Options::from_json(obj)?,
+            options: Options::from_json(obj, defaults)?,
         })
     }
 }
@@ -251,7 +255,10 @@ fn message(i: usize, m: &Value) -> Result<Message, ApiError> {
 }
 
 impl Options {
-    pub fn from_json(obj: &Map<String, Value>) -> Result<Options, ApiError> {
+    /// The request's settings over `defaults`. Sampling values go through
+    /// the engine's one check ([`engine::validate`]), as the command
+    /// line's do.
+    pub fn from_json(obj: &Map<String, Value>, defaults: &GenParams) -> Result<Options, ApiError> {
         let f = Fields(obj);
         if let Some(n) = f.int("n", 1, u64::MAX)? {
             if n != 1 {
@@ -274,9 +281,11 @@ impl Options {
             Some(n) => Some(n),
             None => f.int("max_tokens", 1, u64::MAX)?,
         }
-        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        .map_or(defaults.max_tokens, |n| {
+            usize::try_from(n).unwrap_or(usize::MAX)
+        });
         let seed = match obj.get("seed") {
-            None | Some(Value::Null) => None,
+            None | Some(Value::Null) => defaults.sampling.seed,
             // The sampler's seed is 32 bits: take the low ones.
             Some(v) => match (v.as_i64(), v.as_u64()) {
                 (Some(s), _) => Some(s as u32),
@@ -285,7 +294,7 @@ impl Options {
             },
         };
         let stop = match obj.get("stop") {
-            None | Some(Value::Null) => vec![],
+            None | Some(Value::Null) => defaults.stop.clone(),
             Some(Value::String(s)) => vec![s.clone()],
             Some(Value::Array(items)) => {
                 if items.len() > MAX_STOP {
@@ -306,35 +315,34 @@ impl Options {
                 return Err(wrong_type("stop", "a string or an array of strings", other))
             }
         };
-        let d = SamplerConfig::default();
+        let d = &defaults.sampling;
         let sampling = SamplerConfig {
-            temp: f.num("temperature", 0.0, 2.0)?.unwrap_or(d.temp),
-            top_p: f.num("top_p", 0.0, 1.0)?.unwrap_or(d.top_p),
-            min_p: f.num("min_p", 0.0, 1.0)?.unwrap_or(d.min_p),
+            temp: f.num("temperature")?.unwrap_or(d.temp),
+            top_p: f.num("top_p")?.unwrap_or(d.top_p),
+            min_p: f.num("min_p")?.unwrap_or(d.min_p),
             top_k: f
                 .int("top_k", 0, u32::MAX as u64)?
                 .map_or(d.top_k, |k| k as usize),
-            frequency_penalty: f.num("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0),
-            presence_penalty: f.num("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0),
-            repeat_penalty: match f.num("repeat_penalty", 0.0, 10.0)? {
-                Some(p) if p <= 0.0 => {
-                    return Err(ApiError::param(
-                        "repeat_penalty",
-                        "`repeat_penalty` must be positive (1 is off)",
-                    ))
-                }
-                Some(p) => p,
-                None => 1.0,
-            },
+            frequency_penalty: f.num("frequency_penalty")?.unwrap_or(d.frequency_penalty),
+            presence_penalty: f.num("presence_penalty")?.unwrap_or(d.presence_penalty),
+            repeat_penalty: f.num("repeat_penalty")?.unwrap_or(d.repeat_penalty),
             seed,
-            ..d
+            ..d.clone()
         };
+        engine::validate(&sampling).map_err(|e| {
+            let name = e.param.field();
+            ApiError::param(name, e.describe(&format!("`{name}`")))
+        })?;
         Ok(Options {
             stream,
             include_usage,
-            max_tokens,
-            sampling,
-            stop,
+            params: GenParams {
+                max_tokens,
+                sampling,
+                stop,
+                ignore_eos: f.bool("ignore_eos")?.unwrap_or(defaults.ignore_eos),
+                extra_eog: defaults.extra_eog.clone(),
+            },
         })
     }
 }
@@ -347,17 +355,12 @@ impl Fields<'_> {
         self.0.get(name).filter(|v| !v.is_null())
     }
 
-    fn num(&self, name: &str, lo: f32, hi: f32) -> Result<Option<f32>, ApiError> {
+    /// A number; its range is [`engine::validate`]'s to check.
+    fn num(&self, name: &str) -> Result<Option<f32>, ApiError> {
         let Some(v) = self.get(name) else {
             return Ok(None);
         };
         let x = v.as_f64().ok_or_else(|| wrong_type(name, "a number", v))? as f32;
-        if !(lo..=hi).contains(&x) {
-            return Err(ApiError::param(
-                name,
-                format!("`{name}` must be between {lo} and {hi}, not {v}"),
-            ));
-        }
         Ok(Some(x))
     }
 
@@ -435,13 +438,13 @@ impl Envelope {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
                 "logprobs": null,
-                "finish_reason": finish.reason.as_str(),
+                "finish_reason": finish_reason(finish.reason),
             }),
             Kind::Completion => json!({
                 "index": 0,
                 "text": text,
                 "logprobs": null,
-                "finish_reason": finish.reason.as_str(),
+                "finish_reason": finish_reason(finish.reason),
             }),
         };
         json!({
@@ -512,6 +515,17 @@ impl Envelope {
     }
 }
 
+/// OpenAI's `finish_reason`: `stop` for an end-of-generation token or a
+/// stop string, `length` for `max_tokens` or a full context.
+pub fn finish_reason(r: FinishReason) -> &'static str {
+    match r {
+        FinishReason::EndOfGeneration | FinishReason::StopString | FinishReason::Cancelled => {
+            "stop"
+        }
+        FinishReason::Length | FinishReason::ContextFull => "length",
+    }
+}
+
 fn fingerprint() -> String {
     format!("cachefit-{}", env!("CARGO_PKG_VERSION"))
 }
@@ -528,14 +542,18 @@ pub fn usage(f: &Finish) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::FinishReason;
+    use std::time::Duration;
 
     fn obj(text: &str) -> Map<String, Value> {
         parse_body(text.as_bytes()).unwrap()
     }
 
+    fn defaults() -> GenParams {
+        GenParams::new(SamplerConfig::default())
+    }
+
     fn chat_err(text: &str) -> ApiError {
-        ChatRequest::from_json(&obj(text)).unwrap_err()
+        ChatRequest::from_json(&obj(text), &defaults()).unwrap_err()
     }
 
     #[test]
@@ -548,8 +566,9 @@ mod tests {
             ],
             "max_completion_tokens": 7, "max_tokens": 3, "temperature": 0, "top_p": 0.5,
             "seed": 42, "stop": ["\n", "END"], "frequency_penalty": 0.5, "presence_penalty": -1,
-            "stream": true, "stream_options": {"include_usage": true}, "n": 1, "user": "ignored"
-        }"#))
+            "stream": true, "stream_options": {"include_usage": true}, "n": 1, "user": "ignored",
+            "ignore_eos": true
+        }"#), &defaults())
         .unwrap();
         assert_eq!(
             r.messages,
@@ -561,24 +580,41 @@ mod tests {
         );
         let o = r.options;
         assert!(o.stream && o.include_usage);
-        assert_eq!(o.max_tokens, Some(7));
-        assert_eq!(o.sampling.temp, 0.0);
-        assert_eq!(o.sampling.top_p, 0.5);
-        assert_eq!(o.sampling.seed, Some(42));
-        assert_eq!(o.sampling.frequency_penalty, 0.5);
-        assert_eq!(o.sampling.presence_penalty, -1.0);
-        assert_eq!(o.stop, vec!["\n", "END"]);
+        let p = o.params;
+        assert_eq!(p.max_tokens, 7);
+        assert_eq!(p.sampling.temp, 0.0);
+        assert_eq!(p.sampling.top_p, 0.5);
+        assert_eq!(p.sampling.seed, Some(42));
+        assert_eq!(p.sampling.frequency_penalty, 0.5);
+        assert_eq!(p.sampling.presence_penalty, -1.0);
+        assert_eq!(p.stop, vec!["\n", "END"]);
+        assert!(p.ignore_eos);
     }
 
     #[test]
-    fn defaults_are_llama_cpp_s() {
-        let o = ChatRequest::from_json(&obj(r#"{"messages": [{"role": "user", "content": "x"}]}"#))
-            .unwrap()
-            .options;
+    fn defaults_are_the_server_s() {
+        let body = obj(r#"{"messages": [{"role": "user", "content": "x"}]}"#);
+        let o = ChatRequest::from_json(&body, &defaults()).unwrap().options;
         assert!(!o.stream && !o.include_usage);
-        assert_eq!(o.max_tokens, None);
-        assert_eq!(o.sampling, SamplerConfig::default());
-        assert!(o.stop.is_empty());
+        assert_eq!(o.params, defaults());
+        // The command line's settings are the defaults requests start from.
+        let server = GenParams {
+            max_tokens: 9,
+            stop: vec!["END".into()],
+            ignore_eos: true,
+            ..GenParams::new(SamplerConfig {
+                temp: 0.2,
+                seed: Some(5),
+                ..SamplerConfig::greedy()
+            })
+        };
+        assert_eq!(
+            ChatRequest::from_json(&body, &server)
+                .unwrap()
+                .options
+                .params,
+            server
+        );
     }
 
     #[test]
@@ -605,7 +641,7 @@ mod tests {
                 "temperature",
             ),
             (
-                r#"{"messages": [{"role": "user", "content": "x"}], "temperature": 3}"#,
+                r#"{"messages": [{"role": "user", "content": "x"}], "temperature": -1}"#,
                 "temperature",
             ),
             (
@@ -648,6 +684,18 @@ mod tests {
                 r#"{"messages": [{"role": "user", "content": "x"}], "top_p": 1.5}"#,
                 "top_p",
             ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "repeat_penalty": 0}"#,
+                "repeat_penalty",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "presence_penalty": "a lot"}"#,
+                "presence_penalty",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "ignore_eos": 1}"#,
+                "ignore_eos",
+            ),
         ];
         for (body, param) in cases {
             let e = chat_err(body);
@@ -666,7 +714,7 @@ mod tests {
 
     #[test]
     fn completion_prompts() {
-        let p = |s: &str| CompletionRequest::from_json(&obj(s)).map(|r| r.prompt);
+        let p = |s: &str| CompletionRequest::from_json(&obj(s), &defaults()).map(|r| r.prompt);
         assert_eq!(p(r#"{"prompt": "hi"}"#), Ok(Prompt::Text("hi".into())));
         assert_eq!(p(r#"{"prompt": ["hi"]}"#), Ok(Prompt::Text("hi".into())));
         assert_eq!(
@@ -693,9 +741,13 @@ mod tests {
     fn response_shapes() {
         let finish = Finish {
             reason: FinishReason::Length,
+            stop_string: None,
             prompt_tokens: 5,
             completion_tokens: 3,
             cached_tokens: 2,
+            seed: 1,
+            prompt_time: Duration::ZERO,
+            generation_time: Duration::ZERO,
         };
         let env = Envelope {
             kind: Kind::Chat,

@@ -1,12 +1,14 @@
 //! The server's own errors ([`Error`], for starting and running it) and the
 //! errors a client sees ([`ApiError`], in OpenAI's JSON shape).
 
+use engine::JobError;
 use serde_json::json;
 
 /// Why the server could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot listen on {addr}: {source}")]
+    /// The cause is the error's source, printed once by the caller's chain.
+    #[error("cannot listen on {addr}")]
     Bind {
         addr: String,
         source: std::io::Error,
@@ -153,12 +155,15 @@ impl ApiError {
         ApiError::new(500, "server_error", message)
     }
 
-    /// From an engine [`crate::scheduler::Event::Error`].
-    pub fn from_engine(status: u16, message: String) -> ApiError {
-        match status {
-            400 => ApiError::invalid(message),
-            503 => ApiError::unavailable(message),
-            _ => ApiError::internal(message),
+    /// Why the engine could not run a job, as the client hears it: the
+    /// prompt's fault is a 400, a shutdown a 503, anything else a 500.
+    pub fn from_job(e: &JobError) -> ApiError {
+        match e {
+            JobError::EmptyPrompt
+            | JobError::PromptTooLong { .. }
+            | JobError::TokenOutOfRange { .. } => ApiError::invalid(e.to_string()),
+            JobError::ShuttingDown(why) => ApiError::unavailable(why.clone()),
+            JobError::Internal => ApiError::internal(e.to_string()),
         }
     }
 

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -26,15 +26,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use chat::ChatTemplate;
+use engine::prompt::TurnEnd;
+use engine::{GenParams, Job, Msg};
 use futures_core::Stream;
 use serde_json::{json, Value};
 use tokenize::Vocab;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::api::{self, ChatRequest, CompletionRequest, Envelope, Kind, Options, Prompt};
 use crate::error::ApiError;
+use crate::events::{self, Event};
 use crate::metrics::Metrics;
-use crate::scheduler::{Event, GenParams, Job, Msg};
 
 /// Most bytes of an over-long body read (and dropped) before answering
 /// 413, so the client gets the answer rather than a reset connection.
@@ -53,8 +55,11 @@ pub struct App {
     /// Whether control-token text in chat messages is parsed
     /// (`--special-in-messages`, trusted clients only).
     pub special: chat::Special,
-    /// [`ChatTemplate::turn_stop`]: an extra stop string for chat requests.
-    pub turn_stop: Option<String>,
+    /// What ends a chat reply besides the vocabulary's end tokens
+    /// ([`engine::prompt::turn_end`]), as for `cachefit chat`.
+    pub turn_end: TurnEnd,
+    /// How requests generate unless they say otherwise (the command line).
+    pub defaults: GenParams,
     pub jobs: Sender<Msg>,
     pub metrics: Arc<Metrics>,
     /// Positions per slot.
@@ -198,7 +203,7 @@ async fn health(State(app): State<Arc<App>>) -> Response {
             &json!({"status": "shutting down"}),
         );
     }
-    let m = &app.metrics;
+    let m = &app.metrics.stats;
     let busy = m.active.load(Ordering::Relaxed);
     json_response(
         StatusCode::OK,
@@ -228,7 +233,7 @@ async fn models(State(app): State<Arc<App>>) -> Response {
             "object": "model",
             "created": app.created,
             "owned_by": "cachefit",
-            "meta": {"n_ctx_per_slot": app.n_ctx, "n_vocab": app.n_vocab, "slots": app.metrics.n_slots},
+            "meta": {"n_ctx_per_slot": app.n_ctx, "n_vocab": app.n_vocab, "slots": app.metrics.stats.n_slots},
         }]}),
     )
 }
@@ -310,11 +315,11 @@ async fn generate(
     let obj = api::parse_body(&bytes)?;
     let (source, options) = match kind {
         Kind::Chat => {
-            let r = ChatRequest::from_json(&obj)?;
+            let r = ChatRequest::from_json(&obj, &app.defaults)?;
             (Source::Messages(r.messages), r.options)
         }
         Kind::Completion => {
-            let r = CompletionRequest::from_json(&obj)?;
+            let r = CompletionRequest::from_json(&obj, &app.defaults)?;
             (Source::Prompt(r.prompt), r.options)
         }
     };
@@ -351,9 +356,9 @@ async fn generate(
     }
     let mut options = options;
     if matches!(kind, Kind::Chat) {
-        // Where the template would start the next user turn (a model
-        // without an end-of-turn token writes it), as for `cachefit chat`.
-        options.stop.extend(app.turn_stop.clone());
+        let p = &mut options.params;
+        p.extra_eog.extend(&app.turn_end.eog);
+        p.stop.extend(app.turn_end.stop.iter().cloned());
     }
     let (id, rx) = submit(&app, prompt, &options)?;
     let envelope = Envelope {
@@ -401,9 +406,7 @@ async fn generate(
                     &envelope.response(&text, &finish),
                 ))
             }
-            Some(Event::Error { status, message }) => {
-                return Err(ApiError::from_engine(status, message))
-            }
+            Some(Event::Error(e)) => return Err(ApiError::from_job(&e)),
             None => return Err(ApiError::internal("The engine stopped")),
         }
     }
@@ -425,7 +428,9 @@ impl App {
                         e => ApiError::param("messages", format!("The chat template failed: {e}")),
                     })
             }
-            Source::Prompt(Prompt::Text(text)) => Ok(self.vocab.encode(&text, true, true)),
+            Source::Prompt(Prompt::Text(text)) => {
+                Ok(engine::prompt::completion_tokens(&self.vocab, &text))
+            }
             Source::Prompt(Prompt::Tokens(tokens)) => {
                 if let Some(bad) = tokens.iter().find(|&&t| t as usize >= self.n_vocab) {
                     return Err(ApiError::param(
@@ -452,7 +457,7 @@ fn submit(
     if app.shutting_down.load(Ordering::Relaxed) {
         return Err(ApiError::unavailable("The server is shutting down"));
     }
-    let queued = &app.metrics.queued;
+    let queued = &app.metrics.stats.queued;
     if queued
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
             (q < app.max_queue).then_some(q + 1)
@@ -461,22 +466,12 @@ fn submit(
     {
         return Err(ApiError::unavailable(format!(
             "All {} slots are busy and {} requests are already queued; retry later",
-            app.metrics.n_slots, app.max_queue
+            app.metrics.stats.n_slots, app.max_queue
         )));
     }
-    let (tx, rx) = unbounded_channel();
+    let (sink, rx) = events::channel();
     let id = app.next_id.fetch_add(1, Ordering::Relaxed);
-    let job = Job {
-        id,
-        prompt,
-        params: GenParams {
-            max_tokens: options.max_tokens.unwrap_or(usize::MAX),
-            sampling: options.sampling.clone(),
-            stop: options.stop.clone(),
-        },
-        events: tx,
-        queued_at: Instant::now(),
-    };
+    let job = Job::new(id, prompt, options.params.clone(), Box::new(sink));
     if app.jobs.send(Msg::Job(Box::new(job))).is_err() {
         queued.fetch_sub(1, Ordering::AcqRel);
         return Err(ApiError::unavailable("The engine has stopped"));
@@ -526,7 +521,7 @@ impl Stream for SseStream {
                 Poll::Ready(Some(Event::Done(finish))) => {
                     sse_event(
                         &mut out,
-                        &env.chunk(false, None, Some(finish.reason.as_str()), usage),
+                        &env.chunk(false, None, Some(api::finish_reason(finish.reason)), usage),
                     );
                     if usage {
                         sse_event(&mut out, &env.usage_chunk(&finish));
@@ -535,8 +530,8 @@ impl Stream for SseStream {
                     this.done = true;
                     break;
                 }
-                Poll::Ready(Some(Event::Error { status, message })) => {
-                    sse_event(&mut out, &ApiError::from_engine(status, message).body());
+                Poll::Ready(Some(Event::Error(e))) => {
+                    sse_event(&mut out, &ApiError::from_job(&e).body());
                     this.done = true;
                     break;
                 }

@@ -1,13 +1,14 @@
 //! `cachefit serve`: an OpenAI-compatible HTTP server over the model.
 //!
-//! Two sides joined by channels. The engine thread ([`scheduler`]) owns
-//! the weights, one [`model::State`] with a KV cache per slot, and the
-//! kernel thread pool; each step it runs one batched forward pass over
-//! every busy slot (continuous batching: requests join and leave between
-//! steps). The HTTP side ([`http`], axum on a single-threaded tokio
-//! runtime) parses requests ([`api`]), renders chat templates and
-//! tokenizes on the blocking pool, sends a [`scheduler::Job`] down a std
-//! channel, and answers from the job's event channel, whole or streamed as
+//! Two sides joined by channels. The engine thread runs the session
+//! engine's [`engine::Scheduler`] (the same loop `cachefit run` and `chat`
+//! use) over the weights, one [`model::State`] with a KV cache per slot,
+//! and the kernel thread pool; each step it runs one batched forward pass
+//! over every busy slot (continuous batching: requests join and leave
+//! between steps). The HTTP side ([`http`], axum on a single-threaded
+//! tokio runtime) parses requests ([`api`]), renders chat templates and
+//! tokenizes, sends an [`engine::Job`] down a std channel, and answers
+//! from the job's event channel ([`events`]), whole or streamed as
 //! server-sent events. It never waits on a forward pass, and a bounded
 //! queue turns overload into 503s with `Retry-After`.
 //!
@@ -17,7 +18,7 @@
 //! ```
 //!
 //! SIGINT/SIGTERM: stop accepting, let running requests finish, and at
-//! the deadline end whatever is left ([`scheduler::Msg::CancelAll`]); then
+//! the deadline end whatever is left ([`engine::Msg::CancelAll`]); then
 //! the engine thread drains and [`serve`] returns.
 //!
 //! A second SIGINT/SIGTERM exits at once. If the model file changes on
@@ -27,16 +28,16 @@
 //! restarts it on the new file).
 //!
 //! Layout: [`api`] (OpenAI request/response shapes), [`conn`] (accept
-//! loop, timeouts, connection cap), [`http`] (routes, auth, SSE), [`scheduler`] (slots, batching, sampling), [`backend`] (the
-//! model behind the scheduler), [`metrics`] (Prometheus text), [`error`].
+//! loop, timeouts, connection cap), [`http`] (routes, auth, SSE),
+//! [`events`] (the engine's output as a channel), [`metrics`]
+//! (Prometheus text), [`error`]. HTTP status codes are chosen here only.
 
 pub mod api;
-pub mod backend;
 pub mod conn;
 pub mod error;
+pub mod events;
 pub mod http;
 pub mod metrics;
-pub mod scheduler;
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -44,6 +45,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use chat::ChatTemplate;
+use engine::{GenParams, ModelBackend, Msg, Scheduler, Stats};
 use gguf::GgufFile;
 use kernels::pool::ThreadPool;
 use model::{ModelConfig, State, StateOptions, Weights};
@@ -81,8 +83,10 @@ pub struct Config {
     /// only: otherwise a message forges turns); see [`chat::prompt`].
     pub special_in_messages: bool,
     /// A streamed generation's text goes out at most this often (zero:
-    /// one event per token); see [`scheduler::DEFAULT_STREAM_INTERVAL`].
+    /// one event per token); see [`engine::DEFAULT_STREAM_INTERVAL`].
     pub stream_interval: Duration,
+    /// How requests generate unless they say otherwise.
+    pub defaults: GenParams,
 }
 
 /// Serve the model until SIGINT/SIGTERM. `opts.n_seq` is the number of
@@ -118,7 +122,8 @@ pub fn serve(
         .set_nonblocking(true)
         .map_err(|source| Error::Bind { addr, source })?;
 
-    let metrics = Arc::new(metrics::Metrics::new(opts.n_seq));
+    let stats = Arc::new(Stats::new(opts.n_seq));
+    let metrics = Arc::new(metrics::Metrics::new(stats.clone()));
     let (jobs, rx) = mpsc::channel();
     let app = Arc::new(http::App {
         api_key: config.api_key.clone(),
@@ -127,13 +132,14 @@ pub fn serve(
         body_timeout: config.body_timeout,
         model_name: config.model_name.clone(),
         vocab: vocab.clone(),
-        turn_stop: template.turn_stop(),
+        turn_end: engine::prompt::turn_end(&template, &vocab),
         template: Arc::new(template),
         special: if config.special_in_messages {
             chat::Special::Parse
         } else {
             chat::Special::Text
         },
+        defaults: config.defaults.clone(),
         jobs,
         metrics: metrics.clone(),
         n_ctx: opts.n_ctx,
@@ -156,7 +162,6 @@ pub fn serve(
         .map_err(Error::Runtime)?;
 
     std::thread::scope(|scope| -> Result<(), Error> {
-        let eog = vocab.eog_tokens().to_vec();
         let engine_vocab = vocab.clone();
         let (threads, threads_batch) = (config.threads, config.threads_batch);
         let stream_interval = config.stream_interval;
@@ -165,26 +170,23 @@ pub fn serve(
             .spawn_scoped(scope, move || {
                 let pool = ThreadPool::new(threads);
                 let batch_pool = (threads_batch != threads).then(|| ThreadPool::new(threads_batch));
-                let backend = backend::ModelBackend::new(
-                    cfg,
-                    weights,
-                    state,
-                    pool,
-                    batch_pool,
-                    &engine_vocab,
-                );
-                scheduler::Engine::new(backend, eog, metrics)
+                let backend =
+                    ModelBackend::new(cfg, weights, state, pool, batch_pool, &engine_vocab);
+                Scheduler::new(backend)
+                    .with_stats(stats)
                     .with_stream_interval(stream_interval)
                     .run(rx);
             })
             .map_err(Error::Thread)?;
         eprintln!(
-            "cachefit: {} slots, ctx {} per slot, batch {}, queue {}, {} threads{}",
+            "cachefit: {} slot{}, ctx {} per slot, batch {}, queue {}, {} thread{}{}",
             opts.n_seq,
+            if opts.n_seq == 1 { "" } else { "s" },
             opts.n_ctx,
             opts.n_batch,
             config.max_queue,
             config.threads,
+            if config.threads == 1 { "" } else { "s" },
             if config.threads_batch == config.threads {
                 String::new()
             } else {
@@ -281,7 +283,7 @@ async fn run_http(
                         |f| f.to_string(),
                     );
                     eprintln!("cachefit: error: {why}; failing every request and stopping");
-                    let _ = app.jobs.send(scheduler::Msg::Abort(why));
+                    let _ = app.jobs.send(Msg::CancelAll(why));
                 }
             }
             app.shutting_down.store(true, Ordering::Relaxed);
@@ -296,7 +298,9 @@ async fn run_http(
             let _ = rx.wait_for(|stop| *stop).await;
             tokio::time::sleep(shutdown_timeout).await;
             eprintln!("cachefit: shutdown deadline: ending the requests still running");
-            let _ = app.jobs.send(scheduler::Msg::CancelAll);
+            let _ = app
+                .jobs
+                .send(Msg::CancelAll("the server is shutting down".into()));
             // Time for their handlers to answer before connections are cut.
             tokio::time::sleep(Duration::from_secs(2)).await;
         }

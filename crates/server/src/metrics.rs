@@ -1,65 +1,25 @@
-//! Counters the engine and the HTTP side update, rendered as Prometheus
-//! text at `GET /metrics`. Plain atomics: nothing here ever blocks the
-//! engine for longer than a short lock around the recent-steps window.
+//! The engine's counters ([`engine::Stats`]) and the HTTP side's response
+//! counts, rendered as Prometheus text at `GET /metrics`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError};
 
-/// Throughput gauges average over this much recent time.
-const RATE_WINDOW: Duration = Duration::from_secs(10);
+use engine::Stats;
 
 #[derive(Debug)]
 pub struct Metrics {
-    started: Instant,
-    pub n_slots: usize,
-    /// Jobs sent to the engine and not yet on a slot (the queue depth).
-    pub queued: AtomicUsize,
-    /// Slots running a job.
-    pub active: AtomicUsize,
+    /// The engine's counters.
+    pub stats: Arc<Stats>,
     /// Responses by (route, status code).
     requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
-    jobs_started: AtomicU64,
-    jobs_cancelled: AtomicU64,
-    prompt_tokens: AtomicU64,
-    cached_tokens: AtomicU64,
-    prompt_tokens_evaluated: AtomicU64,
-    generated_tokens: AtomicU64,
-    forward_passes: AtomicU64,
-    batch_tokens: AtomicU64,
-    forward_us: AtomicU64,
-    ttft_us: AtomicU64,
-    ttft_count: AtomicU64,
-    request_us: AtomicU64,
-    request_count: AtomicU64,
-    /// (when, prompt tokens evaluated, tokens generated) per recent step.
-    recent: Mutex<VecDeque<(Instant, usize, usize)>>,
 }
 
 impl Metrics {
-    pub fn new(n_slots: usize) -> Metrics {
+    pub fn new(stats: Arc<Stats>) -> Metrics {
         Metrics {
-            started: Instant::now(),
-            n_slots,
-            queued: AtomicUsize::new(0),
-            active: AtomicUsize::new(0),
+            stats,
             requests: Mutex::new(BTreeMap::new()),
-            jobs_started: AtomicU64::new(0),
-            jobs_cancelled: AtomicU64::new(0),
-            prompt_tokens: AtomicU64::new(0),
-            cached_tokens: AtomicU64::new(0),
-            prompt_tokens_evaluated: AtomicU64::new(0),
-            generated_tokens: AtomicU64::new(0),
-            forward_passes: AtomicU64::new(0),
-            batch_tokens: AtomicU64::new(0),
-            forward_us: AtomicU64::new(0),
-            ttft_us: AtomicU64::new(0),
-            ttft_count: AtomicU64::new(0),
-            request_us: AtomicU64::new(0),
-            request_count: AtomicU64::new(0),
-            recent: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -67,68 +27,6 @@ impl Metrics {
     pub fn response(&self, route: &'static str, status: u16) {
         let mut map = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
         *map.entry((route, status)).or_insert(0) += 1;
-    }
-
-    pub fn start_job(&self, prompt_tokens: usize, cached: usize) {
-        self.jobs_started.fetch_add(1, Ordering::Relaxed);
-        self.prompt_tokens
-            .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
-        self.cached_tokens
-            .fetch_add(cached as u64, Ordering::Relaxed);
-    }
-
-    pub fn first_token(&self, since_queued: Duration) {
-        self.ttft_us
-            .fetch_add(since_queued.as_micros() as u64, Ordering::Relaxed);
-        self.ttft_count.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn finish_job(&self, since_queued: Duration) {
-        self.request_us
-            .fetch_add(since_queued.as_micros() as u64, Ordering::Relaxed);
-        self.request_count.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn cancelled(&self, n: usize) {
-        self.jobs_cancelled.fetch_add(n as u64, Ordering::Relaxed);
-    }
-
-    pub fn record_step(&self, batch: usize, prompt: usize, generated: usize, took: Duration) {
-        self.forward_passes.fetch_add(1, Ordering::Relaxed);
-        self.batch_tokens.fetch_add(batch as u64, Ordering::Relaxed);
-        self.prompt_tokens_evaluated
-            .fetch_add(prompt as u64, Ordering::Relaxed);
-        self.generated_tokens
-            .fetch_add(generated as u64, Ordering::Relaxed);
-        self.forward_us
-            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
-        let now = Instant::now();
-        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        recent.push_back((now, prompt, generated));
-        while recent
-            .front()
-            .is_some_and(|(t, _, _)| now.duration_since(*t) > RATE_WINDOW)
-        {
-            recent.pop_front();
-        }
-    }
-
-    /// (prompt, generated) tokens per second over the recent window.
-    fn rates(&self) -> (f64, f64) {
-        let now = Instant::now();
-        let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        let (mut p, mut g) = (0usize, 0usize);
-        for &(t, pt, gt) in recent.iter() {
-            if now.duration_since(t) <= RATE_WINDOW {
-                p += pt;
-                g += gt;
-            }
-        }
-        let window = RATE_WINDOW
-            .min(now.duration_since(self.started))
-            .as_secs_f64()
-            .max(1e-3);
-        (p as f64 / window, g as f64 / window)
     }
 
     /// Prometheus text exposition format, version 0.0.4.
@@ -140,81 +38,81 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
             );
         };
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
-        let secs = |a: &AtomicU64| format!("{:.6}", a.load(Ordering::Relaxed) as f64 / 1e6);
+        let st = self.stats.snapshot();
+        let secs = |s: f64| format!("{s:.6}");
         metric(
             "cachefit_slots",
             "gauge",
             "Slots (sequences decoded together).",
-            self.n_slots.to_string(),
+            st.n_slots.to_string(),
         );
         metric(
             "cachefit_slots_busy",
             "gauge",
             "Slots running a request.",
-            self.active.load(Ordering::Relaxed).to_string(),
+            st.active.to_string(),
         );
         metric(
             "cachefit_queue_depth",
             "gauge",
             "Requests waiting for a slot.",
-            self.queued.load(Ordering::Relaxed).to_string(),
+            st.queued.to_string(),
         );
         metric(
             "cachefit_generations_started_total",
             "counter",
             "Generations that got a slot.",
-            get(&self.jobs_started),
+            st.jobs_started.to_string(),
         );
         metric(
             "cachefit_generations_cancelled_total",
             "counter",
             "Generations dropped because the client went away.",
-            get(&self.jobs_cancelled),
+            st.jobs_cancelled.to_string(),
         );
         metric(
             "cachefit_prompt_tokens_total",
             "counter",
             "Prompt tokens of started generations.",
-            get(&self.prompt_tokens),
+            st.prompt_tokens.to_string(),
         );
         metric(
             "cachefit_prompt_tokens_cached_total",
             "counter",
             "Prompt tokens reused from a slot's cache.",
-            get(&self.cached_tokens),
+            st.cached_tokens.to_string(),
         );
         metric(
             "cachefit_prompt_tokens_evaluated_total",
             "counter",
             "Prompt tokens run through the model.",
-            get(&self.prompt_tokens_evaluated),
+            st.prompt_tokens_evaluated.to_string(),
         );
         metric(
             "cachefit_generated_tokens_total",
             "counter",
             "Tokens generated.",
-            get(&self.generated_tokens),
+            st.generated_tokens.to_string(),
         );
         metric(
             "cachefit_forward_passes_total",
             "counter",
             "Batched forward passes.",
-            get(&self.forward_passes),
+            st.forward_passes.to_string(),
         );
         metric(
             "cachefit_batch_tokens_total",
             "counter",
             "Tokens evaluated over all forward passes.",
-            get(&self.batch_tokens),
+            st.batch_tokens.to_string(),
         );
         metric(
             "cachefit_forward_seconds_total",
             "counter",
             "Time spent in forward passes.",
-            secs(&self.forward_us),
+            secs(st.forward_seconds),
         );
-        let (prompt_rate, gen_rate) = self.rates();
+        let (prompt_rate, gen_rate) = (st.prompt_rate, st.generation_rate);
         metric(
             "cachefit_prompt_tokens_per_second",
             "gauge",
@@ -233,8 +131,8 @@ impl Metrics {
              # TYPE cachefit_time_to_first_token_seconds summary\n\
              cachefit_time_to_first_token_seconds_sum {}\n\
              cachefit_time_to_first_token_seconds_count {}",
-            secs(&self.ttft_us),
-            get(&self.ttft_count)
+            secs(st.ttft_seconds),
+            st.ttft_count
         );
         let _ = writeln!(
             out,
@@ -242,8 +140,8 @@ impl Metrics {
              # TYPE cachefit_generation_seconds summary\n\
              cachefit_generation_seconds_sum {}\n\
              cachefit_generation_seconds_count {}",
-            secs(&self.request_us),
-            get(&self.request_count)
+            secs(st.job_seconds),
+            st.job_count
         );
         let _ = writeln!(
             out,
@@ -264,15 +162,17 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
 
     #[test]
     fn renders_prometheus_text() {
-        let m = Metrics::new(4);
+        let m = Metrics::new(Arc::new(Stats::new(4)));
         m.response("/v1/completions", 200);
         m.response("/v1/completions", 200);
         m.response("/health", 200);
-        m.record_step(5, 3, 2, Duration::from_millis(10));
-        m.queued.store(2, Ordering::Relaxed);
+        m.stats.record_step(5, 3, 2, Duration::from_millis(10));
+        m.stats.queued.store(2, Ordering::Relaxed);
         let text = m.render();
         assert!(text.contains("cachefit_queue_depth 2\n"));
         assert!(text.contains("cachefit_generated_tokens_total 2\n"));

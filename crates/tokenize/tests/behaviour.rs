@@ -282,17 +282,23 @@ fn control_tokens_in_plain_ranges_stay_text() {
         let text = format!("a{ctl}b{ctl}c");
         let second = text.find("b").unwrap()..text.len();
         let parsed = v.encode(&text, false, true);
-        let guarded = v.encode_with_plain(&text, false, &[second.clone()]);
+        let guarded = v.encode_with_plain(&text, false, std::slice::from_ref(&second));
         let count = |ids: &[u32]| ids.iter().filter(|&&t| v.is_control(t)).count();
         assert_eq!(count(&parsed), 2, "{file}");
         assert_eq!(count(&guarded), 1, "{file}");
         // A range overlapping only part of the token also keeps it text.
         let at = text.rfind(&ctl).unwrap();
-        let partial = v.encode_with_plain(&text, false, &[at + 1..at + 2]);
+        let one_byte = at + 1..at + 2;
+        let partial = v.encode_with_plain(&text, false, std::slice::from_ref(&one_byte));
         assert_eq!(count(&partial), 1, "{file}");
         // No control text inside the ranges: the same tokens as encode.
         assert_eq!(v.encode_with_plain(&text, false, &[]), parsed, "{file}");
-        assert_eq!(v.encode_with_plain(&text, false, &[0..1]), parsed, "{file}");
+        let first = 0..1;
+        assert_eq!(
+            v.encode_with_plain(&text, false, std::slice::from_ref(&first)),
+            parsed,
+            "{file}"
+        );
         assert_eq!(v.control_text_in("x y"), None);
         assert_eq!(v.control_text_in(&text), Some(ctl.as_str()));
         // Nothing is lost: the pieces spell the text (SentencePiece adds a

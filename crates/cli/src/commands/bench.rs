@@ -58,8 +58,8 @@ pub struct Args {
     /// [default: 128].
     #[arg(short = 'n', long = "n-gen", value_name = "N[,N...]")]
     pub n_gen: Vec<String>,
-    /// A prompt then a generation, as one figure (`-pg 512,128`);
-    /// repeatable.
+    /// -pg PP,TG: a prompt then a generation, as one figure (`-pg
+    /// 512,128`); repeatable.
     #[arg(long = "pg", value_name = "PP,TG")]
     pub pg: Vec<String>,
     /// Tokens already in the KV cache when each test starts (filled
@@ -79,7 +79,7 @@ pub struct Args {
     /// Tokens per forward pass while reading a prompt.
     #[arg(short = 'b', long = "batch-size", default_value_t = DEFAULT_BATCH)]
     pub batch_size: usize,
-    /// At most this many tokens per pass (`-ub`, llama-bench's physical
+    /// -ub N: at most this many tokens per pass (llama-bench's physical
     /// batch): a pass takes the smaller of -b and -ub.
     #[arg(long = "ubatch-size", value_name = "N")]
     pub ubatch_size: Option<usize>,

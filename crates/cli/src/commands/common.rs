@@ -22,8 +22,8 @@ pub struct ModelArgs {
     /// CPU affinity and cgroup limits).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
-    /// Threads for reading prompts, in batches of many tokens (`-tb`, as in
-    /// llama.cpp; default: as -t). Prompt reading is bound by arithmetic,
+    /// -tb N: threads for reading prompts, in batches of many tokens, as in
+    /// llama.cpp (default: as -t). Prompt reading is bound by arithmetic,
     /// generation by memory bandwidth, so the best counts can differ.
     #[arg(long = "threads-batch", value_name = "N")]
     pub threads_batch: Option<usize>,
@@ -52,7 +52,7 @@ pub struct ContextArgs {
     /// Tokens evaluated per forward pass while reading a prompt.
     #[arg(short = 'b', long = "batch-size", default_value_t = DEFAULT_BATCH)]
     pub batch_size: usize,
-    /// At most this many tokens per pass (`-ub`, llama.cpp's physical
+    /// -ub N: at most this many tokens per pass (llama.cpp's physical
     /// batch): a pass takes the smaller of -b and -ub.
     #[arg(long = "ubatch-size", value_name = "N")]
     pub ubatch_size: Option<usize>,
@@ -244,6 +244,11 @@ impl Pools {
     /// For prompt tokens, several of a sequence in one pass.
     pub fn batch(&self) -> &ThreadPool {
         self.batch.as_ref().unwrap_or(&self.decode)
+    }
+
+    /// The decode pool, and the prompt pool when it is another one.
+    pub fn into_parts(self) -> (ThreadPool, Option<ThreadPool>) {
+        (self.decode, self.batch)
     }
 
     /// For the log line (see [`describe_threads`]).

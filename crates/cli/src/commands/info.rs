@@ -15,14 +15,13 @@ use super::inspect::human_bytes;
 use super::levels;
 use super::stream::PROBE_TIME;
 use anyhow::{Context, Result};
-use gguf::GgufFile;
 use kernels::bandwidth::{measure_read, Bandwidth};
 use kernels::isa::{self, Isa};
 use kernels::pool::ThreadPool;
 use machine::{format_cpulist, Cache, Machine};
 use model::{MemoryEstimate, ModelConfig};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Time per probe with `--quick`.
@@ -32,11 +31,12 @@ const BYTES_PER_TOKEN_COUNTS: &str = "weights + KV cache at full context";
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// GGUF model to size against this machine.
+    /// GGUF model to size against this machine (default: the built-in
+    /// model).
     #[arg(short = 'm', long)]
     pub model: Option<PathBuf>,
     /// Context size for the KV cache (default: the model's, at most 4096).
-    #[arg(short = 'c', long = "ctx-size", requires = "model")]
+    #[arg(short = 'c', long = "ctx-size")]
     pub ctx_size: Option<usize>,
     /// Threads for the bandwidth probes (default: the physical cores this
     /// process may use, capped by its cgroup CPU quota).
@@ -64,17 +64,18 @@ struct Level {
 
 /// What a model needs, before any probing.
 struct ModelNeeds {
-    file: PathBuf,
+    /// Its path, or the built-in model's name.
+    file: String,
     n_ctx: usize,
     memory: MemoryEstimate,
 }
 
 pub fn run(args: Args) -> Result<()> {
     // Model errors first: no point probing for seconds to then fail.
-    let needs = match &args.model {
-        Some(path) => Some(model_needs(path, args.ctx_size)?),
-        None => None,
-    };
+    let needs = Some(model_needs(
+        &super::builtin::ModelSource::from_arg(args.model.as_ref()),
+        args.ctx_size,
+    )?);
     let machine = Machine::probe();
     let threads = match args.threads {
         Some(_) => super::common::threads(args.threads)?,
@@ -118,7 +119,7 @@ pub fn run(args: Args) -> Result<()> {
                 _ => Value::Null,
             },
         });
-        println!("{out}");
+        outln!("{out}");
         return Ok(());
     }
 
@@ -129,14 +130,17 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-fn model_needs(path: &Path, ctx_size: Option<usize>) -> Result<ModelNeeds> {
-    let file = GgufFile::open(path)?;
+fn model_needs(
+    source: &super::builtin::ModelSource,
+    ctx_size: Option<usize>,
+) -> Result<ModelNeeds> {
+    let file = source.open(gguf::OpenOptions::default())?;
     let cfg = ModelConfig::from_gguf(file.metadata())
-        .with_context(|| format!("{}: reading the model config", path.display()))?;
+        .with_context(|| format!("{}: reading the model config", source.shown()))?;
     let n_ctx = super::common::n_ctx(&cfg, ctx_size)?;
     let weights_bytes: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
     Ok(ModelNeeds {
-        file: path.to_path_buf(),
+        file: source.shown(),
         n_ctx,
         memory: MemoryEstimate::new(&cfg, weights_bytes, n_ctx),
     })
@@ -254,7 +258,7 @@ fn cache_json(c: &Cache) -> Value {
 fn model_json(needs: &ModelNeeds, fit: &Fit, threads: &machine::ThreadChoice) -> Value {
     let m = &needs.memory;
     json!({
-        "file": needs.file.display().to_string(),
+        "file": needs.file,
         "n_ctx": needs.n_ctx,
         "weights_bytes": m.weights,
         "kv_bytes": m.kv_cache,
@@ -280,7 +284,7 @@ fn print_machine(
     probe_time: Duration,
 ) {
     let cpu = &machine.cpu;
-    println!(
+    outln!(
         "cpu:       {}{}",
         cpu.model_name.as_deref().unwrap_or("unknown"),
         cpu.vendor
@@ -300,15 +304,15 @@ fn print_machine(
             v.join(" ")
         }
     };
-    println!("features:  {} (missing: {})", list(true), list(false));
+    outln!("features:  {} (missing: {})", list(true), list(false));
     let selected = isa::selected();
     let why = match std::env::var(isa::ENV_VAR) {
         Ok(v) => format!("{}={v}", isa::ENV_VAR),
         Err(_) => "the best this CPU supports".to_string(),
     };
-    println!("kernels:   {} ({why})", selected.name());
+    outln!("kernels:   {} ({why})", selected.name());
     let cores = &machine.cores;
-    println!(
+    outln!(
         "cpus:      {} allowed ({}), {} physical core{}, cgroup quota {}",
         cores.allowed.len(),
         format_cpulist(&cores.allowed),
@@ -320,9 +324,10 @@ fn print_machine(
             q.file.display()
         ))
     );
-    println!(
+    outln!(
         "threads:   {} by default: {}",
-        machine.threads.n, machine.threads.reason
+        machine.threads.n,
+        machine.threads.reason
     );
     let caches: Vec<String> = machine
         .caches
@@ -336,7 +341,7 @@ fn print_machine(
             format!("{} {}{shared}", c.name(), human_bytes(c.size_bytes))
         })
         .collect();
-    println!(
+    outln!(
         "caches:    {}",
         if caches.is_empty() {
             "unknown".to_string()
@@ -344,14 +349,14 @@ fn print_machine(
             caches.join(", ")
         }
     );
-    println!(
+    outln!(
         "\nread bandwidth with {} thread{}, best pass over {} ms per level:",
         threads.n,
         if threads.n == 1 { "" } else { "s" },
         probe_time.as_millis()
     );
     for l in levels {
-        println!(
+        outln!(
             "  {:<5} {:>11}  {:>8.1} GB/s  (median {:.1})",
             l.name,
             human_bytes(l.probe_bytes),
@@ -363,15 +368,15 @@ fn print_machine(
 
 fn print_model(needs: &ModelNeeds, fit: &Fit, threads: &machine::ThreadChoice) {
     let m = &needs.memory;
-    println!("\nmodel:     {}", needs.file.display());
-    println!("  weights        {}", human_bytes(m.weights));
-    println!(
+    outln!("\nmodel:     {}", needs.file);
+    outln!("  weights        {}", human_bytes(m.weights));
+    outln!(
         "  KV cache       {} at {} tokens",
         human_bytes(m.kv_cache),
         needs.n_ctx
     );
-    println!("  scratch        {}", human_bytes(m.scratch));
-    println!("  working set    {}", human_bytes(m.total()));
+    outln!("  scratch        {}", human_bytes(m.scratch));
+    outln!("  working set    {}", human_bytes(m.total()));
     let l = fit.level;
     let capacity = match (l.capacity, l.name) {
         (None, _) => "size unknown".to_string(),
@@ -384,16 +389,16 @@ fn print_model(needs: &ModelNeeds, fit: &Fit, threads: &machine::ThreadChoice) {
             Some(false) => ", but not within half of it",
             None => "",
         };
-        println!("  fits in        {} ({capacity}){half}", l.name);
+        outln!("  fits in        {} ({capacity}){half}", l.name);
     } else {
-        println!("  fits in        nothing: more than the {capacity} of memory");
+        outln!("  fits in        nothing: more than the {capacity} of memory");
     }
-    println!(
+    outln!(
         "  decode ceiling {:.1} tok/s = {:.1} GB/s ({}) / {} per token ({BYTES_PER_TOKEN_COUNTS})",
         fit.ceiling_tok_s,
         l.bandwidth.best_gbps,
         l.name,
         human_bytes(fit.bytes_per_token),
     );
-    println!("  threads        {}: {}", threads.n, threads.reason);
+    outln!("  threads        {}: {}", threads.n, threads.reason);
 }

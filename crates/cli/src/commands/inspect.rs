@@ -75,11 +75,11 @@ pub fn run(args: Args) -> Result<()> {
             "n_bytes": n_bytes,
             "bits_per_weight": bpw,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
 
-    println!(
+    outln!(
         "{}: GGUF v{}, {} ({} bytes), {} metadata keys, {} tensors, alignment {}, data at {}",
         f.path().display(),
         f.version(),
@@ -90,7 +90,7 @@ pub fn run(args: Args) -> Result<()> {
         f.alignment(),
         f.data_offset()
     );
-    println!("\nmetadata:");
+    outln!("\nmetadata:");
     let kw = f
         .metadata()
         .entries()
@@ -104,9 +104,9 @@ pub fn run(args: Args) -> Result<()> {
         } else {
             v.to_string()
         };
-        println!("  {k:<kw$}  {:<16}  {shown}", v.type_description());
+        outln!("  {k:<kw$}  {:<16}  {shown}", v.type_description());
     }
-    println!("\ntensors:");
+    outln!("\ntensors:");
     let nw = f
         .tensors()
         .iter()
@@ -114,13 +114,17 @@ pub fn run(args: Args) -> Result<()> {
         .max()
         .unwrap_or(4)
         .max(4);
-    println!(
+    outln!(
         "  {:<nw$}  {:<7}  {:<22}  {:>12}  {:>12}",
-        "name", "type", "shape", "bytes", "offset"
+        "name",
+        "type",
+        "shape",
+        "bytes",
+        "offset"
     );
     for t in f.tensors() {
         let shape = format!("{:?}", t.dims);
-        println!(
+        outln!(
             "  {:<nw$}  {:<7}  {:<22}  {:>12}  {:>12}",
             t.name,
             t.ty.name(),
@@ -129,13 +133,17 @@ pub fn run(args: Args) -> Result<()> {
             f.data_offset() + t.offset
         );
     }
-    println!("\ntotals by type:");
-    println!(
+    outln!("\ntotals by type:");
+    outln!(
         "  {:<7}  {:>7}  {:>14}  {:>12}  {:>6}",
-        "type", "tensors", "elements", "bytes", "bpw"
+        "type",
+        "tensors",
+        "elements",
+        "bytes",
+        "bpw"
     );
     for (ty, t) in &totals {
-        println!(
+        outln!(
             "  {:<7}  {:>7}  {:>14}  {:>12}  {:>6.2}",
             ty.name(),
             t.tensors,
@@ -144,7 +152,7 @@ pub fn run(args: Args) -> Result<()> {
             ty.bits_per_weight()
         );
     }
-    println!(
+    outln!(
         "\ntotal: {} parameters ({:.1}M), {} of tensor data, {:.2} bits per weight",
         n_elements,
         n_elements as f64 / 1e6,

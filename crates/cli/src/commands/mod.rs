@@ -2,6 +2,7 @@ pub mod bench;
 pub mod builtin;
 pub mod chat;
 pub mod common;
+pub mod generate;
 pub mod info;
 pub mod inspect;
 pub mod levels;

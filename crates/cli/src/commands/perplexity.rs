@@ -25,6 +25,7 @@ use std::time::Instant;
 const DEFAULT_PPL_CTX: usize = 512;
 
 #[derive(clap::Args)]
+#[command(mut_arg("ctx_size", |a| a.help("Context size in tokens: the length of a scored chunk [default: 512]")))]
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -201,7 +202,7 @@ pub fn run(args: Args) -> Result<()> {
     let tok_s = (n_chunks * n_ctx) as f64 / eval_s;
 
     if args.json {
-        println!(
+        outln!(
             "{}",
             json!({
                 "ppl": total.ppl(),
@@ -225,8 +226,8 @@ pub fn run(args: Args) -> Result<()> {
             .enumerate()
             .map(|(i, p)| format!("[{}]{p:.4}", i + 1))
             .collect();
-        println!("{}", per_chunk.join(","));
-        println!(
+        outln!("{}", per_chunk.join(","));
+        outln!(
             "Final estimate: PPL = {:.4} +/- {:.5}, bits per byte = {:.4} ({} tokens scored over {} bytes)",
             total.ppl(),
             total.ppl_err(),

@@ -153,7 +153,7 @@ fn print_plan(plan: &Plan) {
     let n = plan.tensors.len();
     let nw = plan.tensors.iter().map(|t| t.name.len()).max().unwrap_or(4);
     for (i, t) in plan.tensors.iter().enumerate() {
-        println!(
+        outln!(
             "[{:>4}/{n}] {:<nw$}  {:<20}  {:>6} → {:<6}  {}",
             i + 1,
             t.name,
@@ -201,45 +201,45 @@ fn type_counts(counts: &std::collections::BTreeMap<gguf::GgmlType, usize>) -> St
 
 fn print_fallbacks(n_fallback: usize, n_tensors: usize) {
     if n_fallback > 0 {
-        println!("WARNING: {n_fallback} of {n_tensors} tensor(s) required fallback quantization");
+        outln!("WARNING: {n_fallback} of {n_tensors} tensor(s) required fallback quantization");
     }
 }
 
 fn print_plan_totals(plan: &Plan) {
     let n = plan.n_elements();
-    println!(
+    outln!(
         "model size  = {:8.2} MiB ({:.2} BPW)",
         mib(plan.in_bytes()),
         bpw(plan.in_bytes(), n)
     );
-    println!(
+    outln!(
         "quant size  = {:8.2} MiB ({:.2} BPW)",
         mib(plan.out_bytes()),
         bpw(plan.out_bytes(), n)
     );
-    println!("tensor types: {}", type_counts(&plan.counts()));
+    outln!("tensor types: {}", type_counts(&plan.counts()));
     print_fallbacks(plan.n_fallback, plan.tensors.len());
 }
 
 fn print_summary(s: &Summary) {
-    println!(
+    outln!(
         "model size  = {:8.2} MiB ({:.2} BPW)",
         mib(s.in_bytes),
         s.in_bpw()
     );
-    println!(
+    outln!(
         "quant size  = {:8.2} MiB ({:.2} BPW)",
         mib(s.out_bytes),
         s.out_bpw()
     );
-    println!(
+    outln!(
         "tensor types: {} ({} converted, {} copied)",
         type_counts(&s.counts),
         s.n_converted,
         s.n_tensors - s.n_converted
     );
     print_fallbacks(s.n_fallback, s.n_tensors);
-    println!(
+    outln!(
         "file: {:.2} MiB → {:.2} MiB in {:.2} s",
         mib(s.in_file_bytes),
         mib(s.out_file_bytes),

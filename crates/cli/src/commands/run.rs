@@ -2,17 +2,21 @@
 //! built-in one), evaluate the prompt and stream the continuation to
 //! stdout; timings on stderr like llama.cpp.
 //!
-//! The prompt is evaluated in batches of `-b` tokens, then one token per
-//! step. Sampling is greedy unless `--temp` > 0; penalties, min-p and stop
-//! strings as in llama.cpp's `llama-cli`.
+//! One job on the engine's scheduler with one slot ([`super::generate`]):
+//! the same loop `chat` and `serve` run, so the same prompt and settings
+//! give the same text through all three. Sampling is llama.cpp's default
+//! chain (temperature 0.8, a random seed that is logged); `--temp 0` is
+//! greedy. Ctrl-C ends the generation and keeps what was printed.
 
 use super::common::{self, ContextArgs, ModelArgs};
+use super::generate::{GenArgs, Local, Printer};
 use anyhow::{bail, Context, Result};
-use engine::{Sampler, SamplerConfig, StopConditions, StopMatcher};
-use model::{forward, forward_batch, Logits, State, Weights};
+use engine::{FinishReason, JobError};
 use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(clap::Args)]
@@ -21,6 +25,8 @@ pub struct Args {
     pub model: ModelArgs,
     #[command(flatten)]
     pub ctx: ContextArgs,
+    #[command(flatten)]
+    pub gen: GenArgs,
     /// Prompt text.
     #[arg(short = 'p', long, conflicts_with_all = ["file", "text"])]
     pub prompt: Option<String>,
@@ -30,47 +36,6 @@ pub struct Args {
     /// Read the prompt from a UTF-8 file.
     #[arg(short = 'f', long)]
     pub file: Option<PathBuf>,
-    /// Tokens to generate (-1: until an end-of-generation token or the
-    /// context is full).
-    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
-    pub n_predict: i64,
-    /// Sampling seed (default: random).
-    #[arg(short = 's', long)]
-    pub seed: Option<u32>,
-    /// Temperature; 0 (the default) samples greedily.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub temp: f32,
-    /// Keep the k most likely tokens (0: all).
-    #[arg(long = "top-k", default_value_t = 40)]
-    pub top_k: usize,
-    /// Nucleus sampling threshold (1: off).
-    #[arg(long = "top-p", default_value_t = 0.95)]
-    pub top_p: f32,
-    /// Drop tokens less likely than this fraction of the best one (0: off).
-    #[arg(long = "min-p", default_value_t = 0.05)]
-    pub min_p: f32,
-    /// Penalize repeats of the last --repeat-last-n tokens (1: off).
-    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
-    pub repeat_penalty: f32,
-    /// Tokens the penalties look back over (0: off, -1: the context).
-    #[arg(
-        long = "repeat-last-n",
-        default_value_t = 64,
-        allow_negative_numbers = true
-    )]
-    pub repeat_last_n: i64,
-    /// Subtract this times a token's count in the window (0: off).
-    #[arg(long = "frequency-penalty", default_value_t = 0.0)]
-    pub frequency_penalty: f32,
-    /// Subtract this once from every token in the window (0: off).
-    #[arg(long = "presence-penalty", default_value_t = 0.0)]
-    pub presence_penalty: f32,
-    /// Stop when the output contains this text (not printed); repeatable.
-    #[arg(long = "stop", visible_alias = "reverse-prompt", short = 'r')]
-    pub stop: Vec<String>,
-    /// Keep generating past end-of-generation tokens.
-    #[arg(long)]
-    pub ignore_eos: bool,
     /// Print one JSON line (text, token counts, timings) instead of
     /// streaming.
     #[arg(long)]
@@ -92,46 +57,19 @@ fn read_prompt(args: &Args) -> Result<String> {
     Ok(prompt)
 }
 
-fn check_sampling(args: &Args) -> Result<()> {
-    let finite = [
-        ("--temp", args.temp),
-        ("--top-p", args.top_p),
-        ("--min-p", args.min_p),
-        ("--repeat-penalty", args.repeat_penalty),
-        ("--frequency-penalty", args.frequency_penalty),
-        ("--presence-penalty", args.presence_penalty),
-    ];
-    if let Some((name, v)) = finite.iter().find(|(_, v)| !v.is_finite()) {
-        bail!("{name} {v} is not a number");
-    }
-    if args.temp < 0.0 {
-        bail!("--temp must be at least 0");
-    }
-    if !(0.0..=1.0).contains(&args.top_p) || !(0.0..=1.0).contains(&args.min_p) {
-        bail!("--top-p and --min-p must be between 0 and 1");
-    }
-    if args.repeat_penalty <= 0.0 {
-        bail!("--repeat-penalty must be positive (1 is off)");
-    }
-    if args.repeat_last_n < -1 {
-        bail!("--repeat-last-n must be -1 (the whole context), 0 (off) or positive");
-    }
-    Ok(())
-}
-
 pub fn run(args: Args) -> Result<()> {
     let t_start = Instant::now();
     let prompt = read_prompt(&args)?;
-    check_sampling(&args)?;
+    args.gen.check()?;
     let pools = common::Pools::from_args(&args.model)?;
-    let threads = pools.decode().n_threads();
+    let (threads, threads_batch) = (pools.decode().n_threads(), pools.batch().n_threads());
+    let pools_line = pools.describe();
     let opened = common::open_model(&args.model)?;
     let (cfg, vocab) = (&opened.cfg, &opened.vocab);
     let path = args.model.shown();
     let opts = common::state_options(&opened, &args.ctx, false)?;
     let n_ctx = opts.n_ctx;
-    let weights = Weights::from_gguf(&opened.file, cfg).with_context(|| path.clone())?;
-    let mut state = State::with_options(cfg, &weights, &opts)?;
+    let mut local = Local::new(&opened, &args.model, &opts, pools)?;
     let load_ms = ms(t_start);
     eprintln!(
         "cachefit: {} ({}, {} layers), ctx {n_ctx}, {} KV cache, batch {}, {}, kernels {}",
@@ -140,11 +78,11 @@ pub fn run(args: Args) -> Result<()> {
         cfg.n_layers,
         opts.kv_type,
         opts.n_batch,
-        pools.describe(),
+        pools_line,
         kernels::isa::selected().name()
     );
 
-    let tokens = vocab.encode(&prompt, true, true);
+    let tokens = engine::prompt::completion_tokens(vocab, &prompt);
     if tokens.is_empty() {
         bail!("the prompt encodes to no tokens");
     }
@@ -154,125 +92,73 @@ pub fn run(args: Args) -> Result<()> {
             tokens.len()
         );
     }
-    if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-        bail!(
-            "token {bad} from the tokenizer is outside the model's vocabulary of {}",
-            cfg.vocab_size
-        );
-    }
-    if args.n_predict == 0 {
+    let n_prompt = tokens.len();
+    if args.gen.n_predict == 0 {
         eprintln!("cachefit: -n 0: nothing to generate");
         if args.json {
-            println!(
+            outln!(
                 "{}",
-                json!({"text": "", "prompt_tokens": tokens.len(), "generated_tokens": 0,
+                json!({"text": "", "prompt_tokens": n_prompt, "generated_tokens": 0,
                        "stop": "length", "load_ms": load_ms})
             );
         }
         return Ok(());
     }
-
-    // Prompt, in batches of -b tokens.
-    let t_prompt = Instant::now();
-    for (i, chunk) in tokens.chunks(opts.n_batch).enumerate() {
-        forward_batch(
-            cfg,
-            &weights,
-            &mut state,
-            pools.batch(),
-            chunk,
-            i * opts.n_batch,
-            Logits::Last,
-        );
-    }
-    let prompt_ms = ms(t_prompt);
-
-    let penalty_last_n = match args.repeat_last_n {
-        -1 => n_ctx,
-        n => n as usize,
-    };
-    let mut sampler = Sampler::new(SamplerConfig {
-        temp: args.temp,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        repeat_penalty: args.repeat_penalty,
-        frequency_penalty: args.frequency_penalty,
-        presence_penalty: args.presence_penalty,
-        penalty_last_n,
-        seed: args.seed,
-        ..SamplerConfig::greedy()
-    });
-    // The prompt counts for the penalties, as in llama.cpp.
-    for &t in &tokens {
-        sampler.accept(t);
-    }
-    let stop = StopConditions {
-        eog_tokens: vocab.eog_tokens().to_vec(),
-        stop_strings: args.stop.clone(),
-        ignore_eos: args.ignore_eos,
-    };
-    let mut matcher = StopMatcher::new(&args.stop);
-    let mut shown = String::new();
-    let mut stream = vocab.stream_decoder();
-    let mut text = String::new();
-    let mut stdout = std::io::stdout().lock();
-    let limit = if args.n_predict < 0 {
-        usize::MAX
-    } else {
-        args.n_predict as usize
-    };
-    let mut pos = tokens.len();
-    let mut generated = 0usize;
-    let t_gen = Instant::now();
-    let stop_reason = loop {
-        let logits = state.logits_mut();
-        stop.suppress_eog(logits);
-        let tok = sampler.sample(logits);
-        if stop.stops_at(tok) {
-            break "eog";
-        }
-        sampler.accept(tok);
-        generated += 1;
-        let piece = stream.push(tok);
-        shown.clear();
-        let hit_stop = matcher.push(&piece, &mut shown);
-        if args.json {
-            text.push_str(&shown);
-        } else {
-            stdout.write_all(shown.as_bytes())?;
-            stdout.flush()?;
-        }
-        if hit_stop {
-            break "stop";
-        }
-        if generated >= limit {
-            break "length";
-        }
-        if pos >= n_ctx {
-            break "context";
-        }
-        forward(cfg, &weights, &mut state, pools.decode(), tok, pos);
-        pos += 1;
-    };
-    let gen_ms = ms(t_gen);
-    shown.clear();
-    if stop_reason != "stop" {
-        matcher.push(&stream.finish(), &mut shown);
-        matcher.finish(&mut shown);
-    }
-    let tail = &shown;
-    if args.json {
-        text.push_str(tail);
-    } else {
-        stdout.write_all(tail.as_bytes())?;
-        writeln!(stdout)?;
-    }
-    drop(stdout);
-    if stop_reason == "context" {
-        eprintln!("cachefit: context of {n_ctx} tokens is full");
+    let mut params = args.gen.params(n_ctx);
+    // Resolved here so it can be logged before anything is printed.
+    let seed = *params
+        .sampling
+        .seed
+        .get_or_insert_with(engine::sample::random_seed);
+    if params.sampling.temp > 0.0 && args.gen.seed.is_none() {
+        eprintln!("cachefit: sampling with seed {seed} (-s {seed} repeats this run)");
     }
 
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let flag = interrupted.clone();
+        // A second Ctrl-C (the first one's generation did not stop) exits.
+        ctrlc::set_handler(move || {
+            if flag.swap(true, Ordering::SeqCst) {
+                std::process::exit(super::chat::EXIT_INTERRUPTED);
+            }
+        })
+        .context("installing the Ctrl-C handler")?;
+    }
+    let printer = Printer::new(interrupted, !args.json);
+    local.generate(tokens, params, Box::new(printer.clone()));
+    let printed = printer.take();
+    if let Some(e) = &printed.write_error {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            return Ok(()); // `run ... | head`: the reader has what it wanted
+        }
+        return Err(anyhow::anyhow!("writing the output: {e}"));
+    }
+    let finish = match printed.end {
+        Some(Ok(f)) => f,
+        Some(Err(JobError::PromptTooLong { tokens, n_ctx })) => bail!(
+            "the prompt is {tokens} tokens, which does not leave room in a context of {n_ctx}"
+        ),
+        Some(Err(e)) => bail!("{e}"),
+        None => bail!("the generation ended without a result"),
+    };
+    if !args.json {
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = writeln!(stdout).and_then(|()| stdout.flush()) {
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                return Err(anyhow::anyhow!("writing the output: {e}"));
+            }
+        }
+    }
+    match finish.reason {
+        FinishReason::ContextFull => eprintln!("cachefit: context of {n_ctx} tokens is full"),
+        FinishReason::Cancelled => eprintln!("[interrupted]"),
+        _ => {}
+    }
+
+    let prompt_ms = finish.prompt_time.as_secs_f64() * 1000.0;
+    let gen_ms = finish.generation_time.as_secs_f64() * 1000.0;
+    let generated = finish.completion_tokens;
     let rate = |n: usize, ms: f64| {
         if ms > 0.0 {
             n as f64 * 1000.0 / ms
@@ -281,21 +167,21 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
     if args.json {
-        println!(
+        outln!(
             "{}",
             json!({
-                "text": text,
-                "prompt_tokens": tokens.len(),
+                "text": printed.text,
+                "prompt_tokens": n_prompt,
                 "generated_tokens": generated,
-                "stop": stop_reason,
-                "stop_string": matcher.matched(),
+                "stop": finish.reason.name(),
+                "stop_string": finish.stop_string,
                 "n_ctx": n_ctx,
                 "threads": threads,
-                "threads_batch": pools.batch().n_threads(),
-                "seed": sampler.seed(),
+                "threads_batch": threads_batch,
+                "seed": finish.seed,
                 "load_ms": load_ms,
                 "prompt_ms": prompt_ms,
-                "prompt_tok_s": rate(tokens.len(), prompt_ms),
+                "prompt_tok_s": rate(n_prompt, prompt_ms),
                 "gen_ms": gen_ms,
                 "gen_tok_s": rate(generated, gen_ms),
             })
@@ -304,9 +190,8 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!();
         eprintln!("cachefit: load time        = {load_ms:10.2} ms");
         eprintln!(
-            "cachefit: prompt eval time = {prompt_ms:10.2} ms / {:5} tokens ({:8.2} tokens per second)",
-            tokens.len(),
-            rate(tokens.len(), prompt_ms)
+            "cachefit: prompt eval time = {prompt_ms:10.2} ms / {n_prompt:5} tokens ({:8.2} tokens per second)",
+            rate(n_prompt, prompt_ms)
         );
         eprintln!(
             "cachefit:        eval time = {gen_ms:10.2} ms / {generated:5} tokens ({:8.2} tokens per second)",

@@ -4,6 +4,7 @@
 //! itself is the `server` crate.
 
 use super::common::{self, ContextArgs, ModelArgs};
+use super::generate::GenArgs;
 use anyhow::{bail, Context, Result};
 use model::MemoryEstimate;
 use std::time::Duration;
@@ -15,6 +16,10 @@ pub struct Args {
     /// `-c` is the context of each slot.
     #[command(flatten)]
     pub ctx: ContextArgs,
+    /// Sampling and stop flags set the defaults of requests that do not
+    /// set them (`-n`: the default `max_tokens`).
+    #[command(flatten)]
+    pub gen: GenArgs,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -70,6 +75,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    args.gen.check()?;
+    if args.gen.n_predict == 0 {
+        bail!("-n must be positive, or -1 for no limit");
+    }
     if args.parallel == 0 {
         bail!("--parallel must be at least 1");
     }
@@ -154,6 +163,7 @@ pub fn run(args: Args) -> Result<()> {
         model_name,
         special_in_messages: args.special_in_messages,
         stream_interval: Duration::from_secs_f64(args.stream_interval / 1000.0),
+        defaults: args.gen.params(opts.n_ctx),
     };
     server::serve(&opened.file, &opened.cfg, opened.vocab, &opts, config)
         .with_context(|| format!("serving {path}"))

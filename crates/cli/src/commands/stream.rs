@@ -79,10 +79,10 @@ pub fn run(args: Args) -> Result<()> {
             "read": probe(&read),
             "copy": probe(&copy),
         });
-        println!("{out}");
+        outln!("{out}");
         return Ok(());
     }
-    println!(
+    outln!(
         "buffer {} ({size} bytes), {} thread{}: {}",
         human_bytes(size),
         threads.n,
@@ -90,9 +90,11 @@ pub fn run(args: Args) -> Result<()> {
         threads.reason
     );
     for (name, b) in [("read", read), ("copy", copy)] {
-        println!(
+        outln!(
             "{name}: best {:.2} GB/s, median {:.2} GB/s ({} passes)",
-            b.best_gbps, b.median_gbps, b.passes
+            b.best_gbps,
+            b.median_gbps,
+            b.passes
         );
     }
     Ok(())

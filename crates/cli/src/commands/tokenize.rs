@@ -31,12 +31,12 @@ pub fn run(args: Args) -> Result<()> {
     let ids = vocab.encode(&args.text, !args.no_special, !args.no_parse_special);
     if args.ids {
         let list: Vec<String> = ids.iter().map(u32::to_string).collect();
-        println!("[{}]", list.join(", "));
+        outln!("[{}]", list.join(", "));
         return Ok(());
     }
     for id in &ids {
         let piece = vocab.token_to_piece(*id, true);
-        println!("{id:>7} -> '{}'", String::from_utf8_lossy(piece));
+        outln!("{id:>7} -> '{}'", String::from_utf8_lossy(piece));
     }
     eprintln!("{} tokens", ids.len());
     Ok(())

@@ -380,8 +380,8 @@ impl Printer {
     /// columns mean and what they were measured against.
     pub fn finish(&self, machine: &Machine, levels: &Probes, evict: Option<&evict::Plan>) {
         match self.format {
-            Format::Json if self.rows > 0 => println!("\n]"),
-            Format::Json => println!("[]"),
+            Format::Json if self.rows > 0 => outln!("\n]"),
+            Format::Json => outln!("[]"),
             Format::Md => self.notes(machine, levels, evict),
             Format::Jsonl | Format::Csv => {}
         }
@@ -389,14 +389,14 @@ impl Printer {
 
     fn notes(&self, machine: &Machine, levels: &Probes, evict: Option<&evict::Plan>) {
         let human = super::super::inspect::human_bytes;
-        println!(
+        outln!(
             "\nbuild: {BUILD_COMMIT} (cachefit {}), kernels {}, {}",
             env!("CARGO_PKG_VERSION"),
             kernels::isa::selected().name(),
             machine.cpu.model_name.as_deref().unwrap_or("unknown CPU")
         );
         for (model, bpt) in &self.models {
-            println!(
+            outln!(
                 "weights GB/s: {} read per token ({model}) × t/s; % of level: of that level's read bandwidth (over 100%: a batch reused weights from a cache)",
                 human(*bpt)
             );
@@ -415,12 +415,12 @@ impl Printer {
             })
             .collect();
         if probes.is_empty() {
-            println!("level read bandwidth: not measured (--no-probe)");
+            outln!("level read bandwidth: not measured (--no-probe)");
         } else {
-            println!("level read bandwidth (best pass): {}", probes.join("; "));
+            outln!("level read bandwidth (best pass): {}", probes.join("; "));
         }
         if let Some(plan) = evict {
-            println!(
+            outln!(
                 "evict: {}; evicted/clean = evicted t/s ÷ t/s",
                 plan.describe()
             );
@@ -430,14 +430,14 @@ impl Printer {
                     .iter()
                     .map(|t| t.to_string())
                     .collect();
-                println!(
+                outln!(
                     "evict: with {} benchmark thread(s) the sweeper shares a core with the benchmark ({} CPUs available)",
                     t.join(", "),
                     plan.cpus
                 );
             }
         }
-        println!("timings on a shared machine are noisy; compare runs with care");
+        outln!("timings on a shared machine are noisy; compare runs with care");
     }
 }
 

@@ -1,14 +1,33 @@
-//! The real [`Backend`]: the model's multi-sequence forward pass
-//! ([`model::forward_tokens`]) over one [`State`] holding a KV cache per
-//! slot, on the engine thread's own kernel thread pools (one for
-//! decode-only steps, and one for steps that read prompts when
+//! What the scheduler needs from a model ([`Backend`]), and the real one
+//! ([`ModelBackend`]): the model's multi-sequence forward pass over one
+//! state holding a KV cache per slot, on the caller's kernel thread pools
+//! (one for decode-only steps, and one for steps that read prompts when
 //! `--threads-batch` asks for another thread count).
 
 use kernels::pool::ThreadPool;
 use model::{forward_tokens, ModelConfig, State, Token, Weights};
 use tokenize::Vocab;
 
-use crate::scheduler::Backend;
+/// Batched evaluation over per-slot KV caches, and the bytes each token
+/// stands for.
+pub trait Backend {
+    /// Sequences (slots), each with its own cache.
+    fn n_slots(&self) -> usize;
+    /// Positions each slot's cache holds.
+    fn n_ctx(&self) -> usize;
+    /// Most tokens per [`Backend::eval`]; at least [`Backend::n_slots`].
+    fn n_batch(&self) -> usize;
+    fn n_vocab(&self) -> usize;
+    /// Evaluate `batch`: afterwards [`Backend::logits`] holds one
+    /// `(n_vocab,)` row per token with `logits` set, in order.
+    fn eval(&mut self, batch: &[Token]);
+    /// The rows of the last [`Backend::eval`].
+    fn logits(&self) -> &[f32];
+    /// The bytes `token` prints as (nothing for control tokens).
+    fn piece(&self, token: u32) -> &[u8];
+    /// The tokens that end a generation (EOS, EOT, ...).
+    fn eog_tokens(&self) -> &[u32];
+}
 
 pub struct ModelBackend<'a> {
     cfg: &'a ModelConfig,
@@ -20,6 +39,7 @@ pub struct ModelBackend<'a> {
 }
 
 impl<'a> ModelBackend<'a> {
+    /// `batch_pool`, when given, runs the passes that read prompt tokens.
     pub fn new(
         cfg: &'a ModelConfig,
         weights: Weights<'a>,
@@ -36,6 +56,10 @@ impl<'a> ModelBackend<'a> {
             batch_pool,
             vocab,
         }
+    }
+
+    pub fn state(&self) -> &State {
+        &self.state
     }
 }
 
@@ -72,5 +96,9 @@ impl Backend for ModelBackend<'_> {
 
     fn piece(&self, token: u32) -> &[u8] {
         self.vocab.token_to_piece(token, false)
+    }
+
+    fn eog_tokens(&self) -> &[u32] {
+        self.vocab.eog_tokens()
     }
 }

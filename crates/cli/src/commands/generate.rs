@@ -1,0 +1,224 @@
+//! What `run`, `chat` and `serve` share about generating: the sampling and
+//! stop flags (declared once, flattened into each command), and a local
+//! session — the engine's scheduler over the model on this thread, with a
+//! sink that streams to stdout and stops on Ctrl-C.
+
+use super::common::{ModelArgs, Opened, Pools};
+use anyhow::{bail, Context, Result};
+use engine::{Finish, GenParams, JobError, ModelBackend, SamplerConfig, Scheduler, Sink};
+use model::{State, StateOptions, Weights};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// Sampling and stopping, as llama.cpp's tools spell them. The defaults are
+/// llama.cpp's: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, a random
+/// seed (logged, so a run can be repeated with `-s`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct GenArgs {
+    /// Tokens to generate (-1: until an end-of-generation token or the
+    /// context is full).
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    pub n_predict: i64,
+    /// Sampling seed (default: random, and logged).
+    #[arg(short = 's', long)]
+    pub seed: Option<u32>,
+    /// Temperature; 0 samples greedily.
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
+    pub temp: f32,
+    /// Keep the k most likely tokens (0: all).
+    #[arg(long = "top-k", default_value_t = 40)]
+    pub top_k: usize,
+    /// Nucleus sampling threshold (1: off).
+    #[arg(long = "top-p", default_value_t = 0.95, allow_negative_numbers = true)]
+    pub top_p: f32,
+    /// Drop tokens less likely than this fraction of the best one (0: off).
+    #[arg(long = "min-p", default_value_t = 0.05, allow_negative_numbers = true)]
+    pub min_p: f32,
+    /// Penalize repeats of the last --repeat-last-n tokens (1: off).
+    #[arg(
+        long = "repeat-penalty",
+        default_value_t = 1.0,
+        allow_negative_numbers = true
+    )]
+    pub repeat_penalty: f32,
+    /// Tokens the penalties look back over (0: off, -1: the context).
+    #[arg(
+        long = "repeat-last-n",
+        default_value_t = 64,
+        allow_negative_numbers = true
+    )]
+    pub repeat_last_n: i64,
+    /// Subtract this times a token's count in the window (0: off).
+    #[arg(
+        long = "frequency-penalty",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    pub frequency_penalty: f32,
+    /// Subtract this once from every token in the window (0: off).
+    #[arg(
+        long = "presence-penalty",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    pub presence_penalty: f32,
+    /// Stop when the output contains this text (not printed); repeatable.
+    #[arg(long = "stop", visible_alias = "reverse-prompt", short = 'r')]
+    pub stop: Vec<String>,
+    /// Keep generating past end-of-generation tokens (they are never
+    /// sampled).
+    #[arg(long)]
+    pub ignore_eos: bool,
+}
+
+impl GenArgs {
+    /// The flags checked, before anything is loaded.
+    pub fn check(&self) -> Result<()> {
+        if self.n_predict < -1 {
+            bail!("-n must be -1 (no limit), 0 or positive");
+        }
+        if self.repeat_last_n < -1 {
+            bail!("--repeat-last-n must be -1 (the whole context), 0 (off) or positive");
+        }
+        engine::validate(&self.sampling(1)).map_err(|e| anyhow::anyhow!(e.describe(e.param.flag())))
+    }
+
+    /// The sampling settings for a context of `n_ctx` tokens.
+    pub fn sampling(&self, n_ctx: usize) -> SamplerConfig {
+        SamplerConfig {
+            temp: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            penalty_last_n: match self.repeat_last_n {
+                -1 => n_ctx,
+                n => n.max(0) as usize,
+            },
+            seed: self.seed,
+            ..SamplerConfig::default()
+        }
+    }
+
+    /// Most tokens to generate (`usize::MAX` for -1).
+    pub fn max_tokens(&self) -> usize {
+        usize::try_from(self.n_predict).unwrap_or(usize::MAX)
+    }
+
+    /// Everything a job needs, for a context of `n_ctx`.
+    pub fn params(&self, n_ctx: usize) -> GenParams {
+        GenParams {
+            max_tokens: self.max_tokens(),
+            sampling: self.sampling(n_ctx),
+            stop: self.stop.clone(),
+            ignore_eos: self.ignore_eos,
+            extra_eog: Vec::new(),
+        }
+    }
+}
+
+/// The model's scheduler on this thread: one slot, kept between jobs (so
+/// `chat` reuses the cached prefix of each next prompt).
+pub struct Local<'a> {
+    pub scheduler: Scheduler<ModelBackend<'a>>,
+    next_id: u64,
+}
+
+impl<'a> Local<'a> {
+    /// Bind the weights and allocate one slot's state of `opts`, on
+    /// `pools`.
+    pub fn new(
+        opened: &'a Opened,
+        args: &ModelArgs,
+        opts: &StateOptions,
+        pools: Pools,
+    ) -> Result<Local<'a>> {
+        let path = args.shown();
+        let weights =
+            Weights::from_gguf(&opened.file, &opened.cfg).with_context(|| path.clone())?;
+        let state = State::with_options(&opened.cfg, &weights, opts)?;
+        let (decode, batch) = pools.into_parts();
+        let backend = ModelBackend::new(&opened.cfg, weights, state, decode, batch, &opened.vocab);
+        Ok(Local {
+            scheduler: Scheduler::new(backend).with_stream_interval(Duration::ZERO),
+            next_id: 0,
+        })
+    }
+
+    /// Generate from `prompt` to the end, into `sink`.
+    pub fn generate(&mut self, prompt: Vec<u32>, params: GenParams, sink: Box<dyn Sink>) {
+        self.next_id += 1;
+        self.scheduler
+            .submit(engine::Job::new(self.next_id, prompt, params, sink));
+        self.scheduler.run_until_idle();
+    }
+}
+
+/// What a [`Printer`] saw of its job.
+#[derive(Default)]
+pub struct Printed {
+    /// Everything written (or, when not writing, collected).
+    pub text: String,
+    pub end: Option<std::result::Result<Finish, JobError>>,
+    /// Writing to stdout failed (a closed pipe): the job was cancelled.
+    pub write_error: Option<std::io::Error>,
+}
+
+/// A sink that writes text to stdout as it comes (or only collects it),
+/// and reports cancelled when Ctrl-C was pressed or stdout went away.
+#[derive(Clone)]
+pub struct Printer {
+    pub printed: Arc<Mutex<Printed>>,
+    interrupted: Arc<AtomicBool>,
+    write: bool,
+}
+
+impl Printer {
+    /// `write`: stream to stdout; otherwise collect only (`--json`).
+    pub fn new(interrupted: Arc<AtomicBool>, write: bool) -> Printer {
+        Printer {
+            printed: Arc::default(),
+            interrupted,
+            write,
+        }
+    }
+
+    /// Take what was printed, leaving the printer fresh for another job.
+    pub fn take(&self) -> Printed {
+        std::mem::take(&mut *self.printed.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+impl Sink for Printer {
+    fn text(&mut self, text: String) {
+        let mut p = self.printed.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.write && p.write_error.is_none() {
+            let mut out = std::io::stdout().lock();
+            if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                p.write_error = Some(e);
+            }
+        }
+        p.text.push_str(&text);
+    }
+
+    fn finish(&mut self, end: std::result::Result<Finish, JobError>) {
+        self.printed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .end = Some(end);
+    }
+
+    fn cancelled(&self) -> bool {
+        self.interrupted.load(Ordering::SeqCst)
+            || self
+                .printed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .write_error
+                .is_some()
+    }
+}

@@ -2,6 +2,7 @@
 //! request or a 4xx error naming what is wrong, never a panic.
 #![no_main]
 
+use engine::{GenParams, SamplerConfig};
 use libfuzzer_sys::fuzz_target;
 use server::api::{parse_body, ChatRequest, CompletionRequest};
 
@@ -13,9 +14,11 @@ fuzz_target!(|data: &[u8]| {
             return;
         }
     };
+    // The server's defaults as `serve` starts with them.
+    let defaults = GenParams::new(SamplerConfig::default());
     for e in [
-        ChatRequest::from_json(&obj).err(),
-        CompletionRequest::from_json(&obj).err(),
+        ChatRequest::from_json(&obj, &defaults).err(),
+        CompletionRequest::from_json(&obj, &defaults).err(),
     ]
     .into_iter()
     .flatten()

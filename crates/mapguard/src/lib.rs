@@ -13,7 +13,9 @@
 //! first time, installs a SIGBUS handler (`SA_SIGINFO | SA_ONSTACK`,
 //! keeping the previous action). On a fault the handler:
 //!
-//! 1. looks the faulting address (`si_addr`) up in the table;
+//! 1. looks the faulting address (`si_addr`) up in the table, for a fault
+//!    past the end of the file (`BUS_ADRERR`; a hardware memory error is
+//!    passed on);
 //! 2. if it lies in a registered range, maps anonymous zero pages over the
 //!    range from the faulting page to its end (`mmap(MAP_FIXED)`), records
 //!    which range faulted, writes one byte to a pipe, and returns. The
@@ -273,7 +275,10 @@ mod imp {
             let errno = libc::__errno_location();
             let saved = *errno;
             let addr = (*info).si_addr() as usize;
-            if let Some(slot) = find(addr) {
+            // BUS_ADRERR: a page past the end of the file. Other causes
+            // (a hardware memory error) are not ours to paper over.
+            let past_end = (*info).si_code == libc::BUS_ADRERR;
+            if let Some(slot) = find(addr).filter(|_| past_end) {
                 let page = PAGE.load(Ordering::Relaxed);
                 let region = &REGIONS[slot];
                 let end = (region.start.load(Ordering::Relaxed)

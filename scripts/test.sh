@@ -94,6 +94,18 @@ else
     echo "*** NOTE: no nightly toolchain; fuzzing skipped ***"
 fi
 
+step "fuzz the memory-file reader (30 s, nightly + cargo-fuzz)"
+if cargo +nightly --version >/dev/null 2>&1; then
+    mkdir -p fuzz/corpus/memory_file
+    if (cd fuzz && cargo +nightly fuzz run memory_file corpus/memory_file seeds/memory_file -- -max_total_time=30 -rss_limit_mb=2048) > target/fuzz-memory.log 2>&1; then
+        grep -E "^Done" target/fuzz-memory.log
+    else
+        grep -vE "^#[0-9]" target/fuzz-memory.log | tail -60
+        echo "fuzzing found a failure (input saved under fuzz/artifacts/)" >&2
+        exit 1
+    fi
+fi
+
 step "AddressSanitizer over the kernel and GGUF tests (nightly)"
 if cargo +nightly --version >/dev/null 2>&1; then
     RUSTFLAGS="-Zsanitizer=address" CARGO_TARGET_DIR=target/asan \

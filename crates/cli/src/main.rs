@@ -4,6 +4,7 @@
 #[macro_use]
 mod out;
 mod commands;
+mod kernel_env;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -31,6 +32,8 @@ enum Command {
     Info(commands::info::Args),
     /// Show a GGUF file's metadata, tensor table and totals by type.
     Inspect(commands::inspect::Args),
+    /// Long-memory files: inspect one, verify every record.
+    Memory(commands::memory::Args),
     /// Perplexity of a model over a text, windowed like llama-perplexity.
     Perplexity(commands::perplexity::Args),
     /// Convert a GGUF model to another tensor type or a llama.cpp-style mix.
@@ -47,6 +50,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse_from(commands::rewrite_args(std::env::args_os()));
+    kernel_env::configure();
     // A model file truncated or replaced while mapped: report it and stop
     // (what was computed after the fault read zeros). `serve` and
     // `quantize` replace this with their own clean-up.
@@ -61,6 +65,7 @@ fn main() -> ExitCode {
         Command::Chat(a) => commands::chat::run(a),
         Command::Info(a) => commands::info::run(a),
         Command::Inspect(a) => commands::inspect::run(a),
+        Command::Memory(a) => commands::memory::run(a),
         Command::Perplexity(a) => commands::perplexity::run(a),
         Command::Quantize(a) => commands::quantize::run(a),
         Command::Run(a) => commands::run::run(a),

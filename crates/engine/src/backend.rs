@@ -5,7 +5,7 @@
 //! `--threads-batch` asks for another thread count).
 
 use kernels::pool::ThreadPool;
-use model::{forward_tokens, ModelConfig, State, Token, Weights};
+use model::{ModelConfig, State, Token};
 use tokenize::Vocab;
 
 /// Batched evaluation over per-slot KV caches, and the bytes each token
@@ -31,8 +31,7 @@ pub trait Backend {
 
 pub struct ModelBackend<'a> {
     cfg: &'a ModelConfig,
-    weights: Weights<'a>,
-    state: State,
+    state: State<'a>,
     pool: ThreadPool,
     batch_pool: Option<ThreadPool>,
     vocab: &'a Vocab,
@@ -42,15 +41,13 @@ impl<'a> ModelBackend<'a> {
     /// `batch_pool`, when given, runs the passes that read prompt tokens.
     pub fn new(
         cfg: &'a ModelConfig,
-        weights: Weights<'a>,
-        state: State,
+        state: State<'a>,
         pool: ThreadPool,
         batch_pool: Option<ThreadPool>,
         vocab: &'a Vocab,
     ) -> ModelBackend<'a> {
         ModelBackend {
             cfg,
-            weights,
             state,
             pool,
             batch_pool,
@@ -58,7 +55,7 @@ impl<'a> ModelBackend<'a> {
         }
     }
 
-    pub fn state(&self) -> &State {
+    pub fn state(&self) -> &State<'a> {
         &self.state
     }
 }
@@ -87,7 +84,7 @@ impl Backend for ModelBackend<'_> {
             Some(p) if batch.iter().any(|t| !t.logits) => p,
             _ => &self.pool,
         };
-        forward_tokens(self.cfg, &self.weights, &mut self.state, pool, batch);
+        self.state.forward(pool, batch);
     }
 
     fn logits(&self) -> &[f32] {

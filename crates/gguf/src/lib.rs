@@ -6,6 +6,9 @@
 //! (metadata values and typed getters), [`read`] (header parser), [`file`]
 //! (opening: mmap, `--no-mmap`, `--mlock`), [`write`] (writer), [`error`].
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod error;
 pub mod file;
 pub mod read;

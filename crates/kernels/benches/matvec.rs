@@ -14,7 +14,8 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kernels::bandwidth::{read_buffer, read_pass};
-use kernels::matvec::{matvec, MatvecScratch, QMatrix};
+use kernels::matmul::{matvec, MatmulScratch};
+use kernels::matrix::QMatrix;
 use kernels::pool::ThreadPool;
 use kernels::traits::{computable_types, traits};
 use rand::rngs::StdRng;
@@ -36,7 +37,7 @@ fn config() -> Criterion {
 fn bench_matvec(c: &mut Criterion) {
     let pools: Vec<ThreadPool> = THREADS.iter().map(|&t| ThreadPool::new(t)).collect();
     let mut rng = StdRng::seed_from_u64(7);
-    let mut scratch = MatvecScratch::new();
+    let mut scratch = MatmulScratch::new();
 
     let mut g = c.benchmark_group("pool");
     for pool in &pools {

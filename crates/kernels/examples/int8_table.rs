@@ -13,7 +13,7 @@
 //! selected set through `int8::matvec` on each thread count.
 
 use kernels::bandwidth::time_passes;
-use kernels::int8::{matvec, quantize_activation_isa, rows_kernel, I8Matrix, I8Vector};
+use kernels::int8::{matvec, I8Matrix, I8Vector};
 use kernels::pool::ThreadPool;
 use kernels::Isa;
 use rand::rngs::StdRng;
@@ -66,7 +66,7 @@ fn main() {
     let mut rng = StdRng::seed_from_u64(42);
     println!(
         "selected kernels: {}, best of passes of at least {:?}\n",
-        kernels::isa::selected().name(),
+        kernels::selected().isa().name(),
         args.min_time
     );
     println!("| shape (rows×cols) | kernels | threads | ns/matvec | GMAC/s | GB/s | quantize ns |");
@@ -93,8 +93,9 @@ fn main() {
             );
         };
         for isa in Isa::supported() {
-            xv.quantize_isa(isa, &x);
-            let kernel = rows_kernel(isa);
+            let k = kernels::table(isa).expect("a supported set").int8;
+            xv.quantize_with(k.quantize, &x);
+            let kernel = k.rows;
             let t = time_passes(calls, args.min_time, || {
                 for _ in 0..calls {
                     kernel(&m, black_box(&xv), 0, &mut y);
@@ -105,7 +106,7 @@ fn main() {
             let qcalls = calls * 4;
             let qt = time_passes(qcalls, args.min_time / 4, || {
                 for _ in 0..qcalls {
-                    black_box(quantize_activation_isa(isa, black_box(&x), &mut q));
+                    black_box((k.quantize)(black_box(&x), &mut q));
                 }
             });
             // `time_passes` reports "bytes" per second: here, calls.

@@ -4,7 +4,7 @@
 //! (`tiles`: the matrices repacked into row tiles first.)
 use gguf::GgmlType;
 use kernels::matmul::{matmul, MatmulScratch};
-use kernels::matvec::QMatrix;
+use kernels::matrix::QMatrix;
 use kernels::pool::ThreadPool;
 use kernels::traits::traits;
 use std::hint::black_box;

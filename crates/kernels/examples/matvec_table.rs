@@ -3,17 +3,19 @@
 //!
 //! ```text
 //! cargo run --release -p cachefit-kernels --example matvec_table -- \
-//!     [--types q4_0,q8_0] [--shapes 576x576,1536x576] [--threads 1,2] [--min-time 0.5]
+//!     [--types q4_0,q8_0] [--shapes 576x576,1536x576] [--threads 1,2] [--min-time 0.5] \
+//!     [--kernels scalar|avx2|avx512|neon]
 //! ```
 //!
 //! Defaults: every computable type, SmolLM2-135M's shapes (rows×cols:
 //! attention 576×576, gate/up 1536×576, down 576×1536, output head
-//! 49152×576), 1 and 2 threads, 0.3 s per measurement. Both columns are the
-//! best pass (see `kernels::bandwidth`); the kernel set is the selected one
-//! (`CACHEFIT_KERNELS` forces another).
+//! 49152×576), 1 and 2 threads, 0.3 s per measurement, the best kernel set
+//! the CPU supports. Both columns are the best pass (see
+//! `kernels::bandwidth`). Matrices are timed row-wise (no row tiles).
 
 use kernels::bandwidth::{measure_read, time_passes};
-use kernels::matvec::{matvec, MatrixError, MatvecScratch, QMatrix};
+use kernels::matmul::{matvec, MatmulScratch};
+use kernels::matrix::{MatrixError, QMatrix};
 use kernels::pool::ThreadPool;
 use kernels::traits::{computable_types, traits};
 use kernels::GgmlType;
@@ -29,6 +31,7 @@ struct Args {
     shapes: Vec<(usize, usize)>,
     threads: Vec<usize>,
     min_time: Duration,
+    kernels: kernels::Isa,
 }
 
 fn list<T>(s: &str, parse: impl Fn(&str) -> Option<T>) -> Vec<T> {
@@ -43,6 +46,7 @@ fn parse_args() -> Args {
         shapes: SMOLLM2_135M.to_vec(),
         threads: vec![1, 2],
         min_time: Duration::from_millis(300),
+        kernels: kernels::Isa::detect(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -58,6 +62,9 @@ fn parse_args() -> Args {
             "--threads" => a.threads = list(&val, |v| v.parse().ok()),
             "--min-time" => {
                 a.min_time = Duration::from_secs_f64(val.parse().expect("--min-time seconds"))
+            }
+            "--kernels" => {
+                a.kernels = kernels::isa::resolve(Some(&val)).unwrap_or_else(|e| panic!("{e}"))
             }
             _ => panic!("unknown flag {flag}"),
         }
@@ -82,14 +89,19 @@ fn quantized(ty: GgmlType, rows: usize, cols: usize, w: &[f32]) -> Result<Vec<u6
 
 fn main() {
     let args = parse_args();
-    let isa = kernels::isa::selected();
+    let isa = kernels::configure(kernels::Config {
+        isa: args.kernels,
+        tiles: false,
+    })
+    .expect("nothing chose kernels before")
+    .isa();
     let pools: HashMap<usize, ThreadPool> = args
         .threads
         .iter()
         .map(|&t| (t, ThreadPool::new(t)))
         .collect();
     let mut rng = StdRng::seed_from_u64(42);
-    let mut scratch = MatvecScratch::new();
+    let mut scratch = MatmulScratch::new();
     let mut skipped = Vec::new();
 
     println!(

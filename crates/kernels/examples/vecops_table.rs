@@ -8,7 +8,7 @@
 
 use half::f16;
 use kernels::bandwidth::time_passes;
-use kernels::vecops::{attend_f16_isa, attend_isa, softcap_isa, swiglu_isa, Attention};
+use kernels::vecops::Attention;
 use kernels::Isa;
 use std::hint::black_box;
 use std::time::Duration;
@@ -37,6 +37,7 @@ fn main() {
     println!("| op | size | kernels | ns/call |");
     println!("|---|---|---|---:|");
     for isa in Isa::supported() {
+        let k = kernels::table(isa).expect("a supported set").vecops;
         for n_pos in [64, 544, 1024] {
             let a = Attention {
                 q: &q,
@@ -49,7 +50,7 @@ fn main() {
             };
             let ns = per_call(
                 200,
-                Box::new(|| attend_isa(isa, black_box(&a), &mut scores, &mut out)),
+                Box::new(|| (k.attend)(black_box(&a), &mut scores, &mut out)),
             );
             println!(
                 "| attend {nh}×{hd}, f32 K/V | {n_pos} positions | {} | {ns:.0} |",
@@ -66,7 +67,7 @@ fn main() {
             };
             let ns = per_call(
                 200,
-                Box::new(|| attend_f16_isa(isa, black_box(&a), &mut scores, &mut out)),
+                Box::new(|| (k.attend_f16)(black_box(&a), &mut scores, &mut out)),
             );
             println!(
                 "| attend {nh}×{hd}, f16 K/V | {n_pos} positions | {} | {ns:.0} |",
@@ -74,10 +75,10 @@ fn main() {
             );
         }
         let (mut g, u) = (v(396, 8.0), v(396, 2.0));
-        let ns = per_call(2000, Box::new(|| swiglu_isa(isa, black_box(&mut g), &u)));
+        let ns = per_call(2000, Box::new(|| (k.swiglu)(black_box(&mut g), &u)));
         println!("| swiglu | 396 | {} | {ns:.0} |", isa.name());
         let mut l = v(4096, 60.0);
-        let ns = per_call(500, Box::new(|| softcap_isa(isa, black_box(&mut l), 30.0)));
+        let ns = per_call(500, Box::new(|| (k.softcap)(black_box(&mut l), 30.0)));
         println!("| softcap | 4096 | {} | {ns:.0} |", isa.name());
     }
 }

@@ -10,7 +10,7 @@
 //! (at least [`MIN_PASSES`]); the best pass is reported, as STREAM does,
 //! because on a shared machine the noise only ever makes passes slower.
 
-use crate::isa::Isa;
+use crate::isa::PerIsa;
 use crate::pool::ThreadPool;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -53,7 +53,7 @@ pub fn read_buffer(bytes: usize) -> Vec<u64> {
 /// returns a checksum so the reads cannot be optimised away. This is the
 /// unit the probes time, exposed for benchmarks.
 pub fn read_pass(pool: &ThreadPool, buf: &[u64]) -> u64 {
-    read_pass_reps(pool, buf, 1, reduce_fn(crate::isa::selected()))
+    read_pass_reps(pool, buf, 1, crate::selected().read_sum)
 }
 
 fn read_pass_reps(pool: &ThreadPool, buf: &[u64], reps: usize, reduce: fn(&[u64]) -> u64) -> u64 {
@@ -99,7 +99,7 @@ fn reps_for(bytes: usize) -> usize {
 pub fn measure_read(pool: &ThreadPool, bytes: usize, min_time: Duration) -> Bandwidth {
     let buf = read_buffer(bytes);
     let reps = reps_for(bytes);
-    let reduce = reduce_fn(crate::isa::selected());
+    let reduce = crate::selected().read_sum;
     time_passes(buf.len() * 8 * reps, min_time, || {
         black_box(read_pass_reps(pool, &buf, reps, reduce));
     })
@@ -145,22 +145,19 @@ fn sum_avx512(words: &[u64]) -> u64 {
     sum_words(words)
 }
 
-/// The reduction for `isa`, with the same wide loads as that set's kernels.
-fn reduce_fn(isa: Isa) -> fn(&[u64]) -> u64 {
+/// The reduction of every set, with the same wide loads as its kernels.
+pub(crate) const READ_SUM: PerIsa<fn(&[u64]) -> u64> = {
+    let k = PerIsa::new(sum_baseline as fn(&[u64]) -> u64);
     #[cfg(target_arch = "x86_64")]
-    {
-        if isa == Isa::Avx512 && isa.is_supported() {
-            // SAFETY: returned only when the CPU has AVX-512F (checked above).
-            return |w| unsafe { sum_avx512(w) };
-        }
-        if matches!(isa, Isa::Avx512 | Isa::Avx2) && Isa::Avx2.is_supported() {
-            // SAFETY: returned only when the CPU has AVX2 (checked above).
-            return |w| unsafe { sum_avx2(w) };
-        }
-    }
-    let _ = isa;
-    sum_baseline
-}
+    let k = k
+        // SAFETY: reachable only through `PerIsa::get(Isa::Avx2)` (or
+        // AVX-512, which implies it), whose caller guarantees AVX2.
+        .avx2(|w| unsafe { sum_avx2(w) })
+        // SAFETY: reachable only through `PerIsa::get(Isa::Avx512)`, whose
+        // caller guarantees AVX-512F.
+        .avx512(|w| unsafe { sum_avx512(w) });
+    k
+};
 
 #[cfg(test)]
 mod tests {
@@ -173,8 +170,9 @@ mod tests {
             assert_eq!(buf.len(), n);
             assert!(buf.iter().all(|&w| w != 0));
             let want = buf.iter().fold(0u64, |a, &w| a.wrapping_add(w));
-            for isa in Isa::supported() {
-                assert_eq!(reduce_fn(isa)(&buf), want, "{} n={n}", isa.name());
+            for isa in crate::isa::Isa::supported() {
+                let sum = crate::table(isa).unwrap().read_sum;
+                assert_eq!(sum(&buf), want, "{} n={n}", isa.name());
             }
             for t in 1..=3 {
                 let pool = ThreadPool::new(t);

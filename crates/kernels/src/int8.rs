@@ -42,7 +42,7 @@ mod x86;
 #[cfg(test)]
 mod tests;
 
-use crate::isa::Isa;
+use crate::isa::PerIsa;
 use crate::pool::ThreadPool;
 use bytemuck::{Pod, Zeroable};
 use std::fmt;
@@ -100,7 +100,8 @@ impl std::error::Error for I8Error {}
 /// A row-major `rows × cols` int8 matrix with one f32 scale per row,
 /// borrowed in place (e.g. from a memory map), plus what the VNNI kernels
 /// need, owned: each row's sum of weights, and (when packed) the
-/// interleaved copy described in the module docs.
+/// interleaved copy described in the module docs. The kernels its products
+/// run are the selected set's, taken when it is bound.
 pub struct I8Matrix<'a> {
     rows: usize,
     cols: usize,
@@ -109,6 +110,7 @@ pub struct I8Matrix<'a> {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     row_sums: Vec<i32>,
     packed: Option<Vec<Line>>,
+    kernels: Int8Kernels,
 }
 
 /// Rows per block of the packed layout (one per i32 lane of a zmm).
@@ -120,7 +122,8 @@ fn packed_block_bytes(cols: usize) -> usize {
 }
 
 impl<'a> I8Matrix<'a> {
-    /// Check the shape and values (no −128, finite scales) and sum the rows.
+    /// Check the shape and values (no −128, finite scales), sum the rows,
+    /// and take the selected kernels (packing the rows if they want it).
     pub fn new(
         rows: usize,
         cols: usize,
@@ -156,6 +159,7 @@ impl<'a> I8Matrix<'a> {
             row_sums.push(w.iter().map(|&v| v as i32).sum());
         }
         row_sums.resize(rows, 0); // cols == 0
+        let kernels = crate::selected().int8;
         let mut m = I8Matrix {
             rows,
             cols,
@@ -163,16 +167,17 @@ impl<'a> I8Matrix<'a> {
             scales,
             row_sums,
             packed: None,
+            kernels,
         };
-        if crate::isa::selected() == Isa::Avx512 {
+        if kernels.pack {
             m.pack();
         }
         Ok(m)
     }
 
     /// Make the packed copy the AVX-512 kernel prefers (done by
-    /// [`I8Matrix::new`] when this process uses the AVX-512 kernels): as
-    /// many bytes again as the weights.
+    /// [`I8Matrix::new`] when the selected kernels want it,
+    /// [`Int8Kernels::pack`]): as many bytes again as the weights.
     pub fn pack(&mut self) {
         let bb = packed_block_bytes(self.cols);
         let blocks = self.rows.div_ceil(PACK_ROWS);
@@ -281,16 +286,12 @@ impl I8Vector {
 
     /// Quantize `x` with the kernels this process selected.
     pub fn quantize(&mut self, x: &[f32]) {
-        self.quantize_with(selected_quantizer(), x)
+        self.quantize_with(crate::selected().int8.quantize, x)
     }
 
-    /// Quantize `x` with the kernels for `isa` (every set gives the same
-    /// bytes and scale).
-    pub fn quantize_isa(&mut self, isa: Isa, x: &[f32]) {
-        self.quantize_with(quantizer(isa), x)
-    }
-
-    fn quantize_with(&mut self, quantize: QuantizeFn, x: &[f32]) {
+    /// Quantize `x` with a given set's quantizer ([`Int8Kernels::quantize`];
+    /// every set gives the same bytes and scale).
+    pub fn quantize_with(&mut self, quantize: QuantizeFn, x: &[f32]) {
         let n = x.len();
         self.reserve(n);
         let padded = Self::padded(n);
@@ -351,48 +352,73 @@ impl I8Vector {
     }
 }
 
-/// `quantize_activation` of one kernel set.
-type QuantizeFn = fn(x: &[f32], q: &mut [i8]) -> f32;
+/// [`quantize_activation`] of one kernel set.
+pub type QuantizeFn = fn(x: &[f32], q: &mut [i8]) -> f32;
 
 /// Quantize `x` into `q` with the selected kernels; returns the scale
 /// `max|x| / 127` (0, and all `q` 0, when `x` is all zeros). Results for
-/// NaN or infinite inputs are unspecified (but memory-safe).
+/// NaN or infinite inputs are unspecified (but memory-safe). Every set is
+/// bit-identical to [`quantize_activation_ref`].
 pub fn quantize_activation(x: &[f32], q: &mut [i8]) -> f32 {
-    selected_quantizer()(x, q)
+    (crate::selected().int8.quantize)(x, q)
 }
 
-/// [`quantize_activation`] with the kernels for `isa` (scalar where the CPU
-/// lacks them); bit-identical to [`quantize_activation_ref`].
-pub fn quantize_activation_isa(isa: Isa, x: &[f32], q: &mut [i8]) -> f32 {
-    quantizer(isa)(x, q)
+/// The int8 kernels of one instruction set.
+#[derive(Clone, Copy)]
+pub struct Int8Kernels {
+    /// [`quantize_activation`].
+    pub quantize: QuantizeFn,
+    /// The single-activation row kernel ([`matvec`]).
+    pub rows: RowsFn,
+    /// The several-activation row kernel ([`matvec_multi`]).
+    pub rows_multi: RowsMultiFn,
+    /// Whether [`I8Matrix::new`] makes the packed copy (the AVX-512
+    /// kernels read it; the others read the rows in place).
+    pub pack: bool,
 }
 
-fn selected_quantizer() -> QuantizeFn {
-    static Q: std::sync::OnceLock<QuantizeFn> = std::sync::OnceLock::new();
-    *Q.get_or_init(|| quantizer(crate::isa::selected()))
+/// The kernels of every set: their SIMD ones on AVX-512 and AVX2, the
+/// scalar twins elsewhere (NEON has none yet).
+pub(crate) const KERNELS: PerIsa<Int8Kernels> = {
+    let k = PerIsa::new(Int8Kernels {
+        quantize: quantize_activation_ref,
+        rows: matvec_rows_ref,
+        rows_multi: matvec_rows_multi_ref,
+        pack: false,
+    });
+    #[cfg(target_arch = "x86_64")]
+    let k = k
+        .avx2(Int8Kernels {
+            quantize: quantize_avx2,
+            rows: matvec_rows_avx2,
+            rows_multi: matvec_rows_multi_avx2,
+            pack: false,
+        })
+        .avx512(Int8Kernels {
+            quantize: quantize_avx512,
+            rows: matvec_rows_vnni,
+            rows_multi: matvec_rows_multi_vnni,
+            pack: true,
+        });
+    k
+};
+
+// The SAFETY of the x86 kernels below: each is reachable only through
+// `PerIsa::get` for its set (`KERNELS`), whose caller guarantees the CPU
+// supports it; what else each kernel needs is checked in its wrapper.
+
+#[cfg(target_arch = "x86_64")]
+fn quantize_avx512(x: &[f32], q: &mut [i8]) -> f32 {
+    assert_eq!(x.len(), q.len(), "quantize_activation: lengths differ");
+    // SAFETY: AVX-512 (see above); equal lengths (asserted).
+    unsafe { x86::quantize_avx512(x, q) }
 }
 
-fn quantizer(isa: Isa) -> QuantizeFn {
-    // SAFETY (of the kernels handed out below): only when the CPU supports
-    // `isa`, which is what their `unsafe` calls rely on.
-    if !isa.is_supported() {
-        return quantize_activation_ref;
-    }
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => |x, q| {
-            assert_eq!(x.len(), q.len(), "quantize_activation: lengths differ");
-            // SAFETY: AVX-512 checked by `quantizer`; equal lengths above.
-            unsafe { x86::quantize_avx512(x, q) }
-        },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => |x, q| {
-            assert_eq!(x.len(), q.len(), "quantize_activation: lengths differ");
-            // SAFETY: AVX2 checked by `quantizer`; equal lengths above.
-            unsafe { x86::quantize_avx2(x, q) }
-        },
-        _ => quantize_activation_ref,
-    }
+#[cfg(target_arch = "x86_64")]
+fn quantize_avx2(x: &[f32], q: &mut [i8]) -> f32 {
+    assert_eq!(x.len(), q.len(), "quantize_activation: lengths differ");
+    // SAFETY: AVX2 (see above); equal lengths (asserted).
+    unsafe { x86::quantize_avx2(x, q) }
 }
 
 /// The reference quantizer: `scale = max|x| / 127`, `q = round(x / scale)`
@@ -465,8 +491,7 @@ fn matvec_rows_avx2(m: &I8Matrix<'_>, x: &I8Vector, row0: usize, y: &mut [f32]) 
     if m.cols < 32 {
         return matvec_rows_ref(m, x, row0, y);
     }
-    // SAFETY: handed out by `rows_kernel` only when the CPU supports AVX2
-    // and FMA; `check` and the `I8Matrix`/`I8Vector` invariants give what
+    // SAFETY: AVX2 and FMA (see `KERNELS`); `check` and the `I8Matrix`/`I8Vector` invariants give what
     // the kernel needs: cols ≥ 32 (tested above), the rows in range, the
     // weights −127..=127, `q`/`|q|` at least `cols` long.
     unsafe {
@@ -487,8 +512,7 @@ fn matvec_rows_avx2(m: &I8Matrix<'_>, x: &I8Vector, row0: usize, y: &mut [f32]) 
 fn matvec_rows_vnni(m: &I8Matrix<'_>, x: &I8Vector, row0: usize, y: &mut [f32]) {
     check(m, x, row0, y);
     if let Some(p) = &m.packed {
-        // SAFETY: handed out by `rows_kernel` only when the CPU supports
-        // the AVX-512 set (with VNNI); `pack` laid out whole blocks of 16
+        // SAFETY: the AVX-512 set with VNNI (see `KERNELS`); `pack` laid out whole blocks of 16
         // rows × `packed_block_bytes(cols)` for every row, `check` keeps
         // the rows in range, and the activation is zero-padded to whole
         // 64-byte lines (≥ cols rounded up to 4).
@@ -505,8 +529,7 @@ fn matvec_rows_vnni(m: &I8Matrix<'_>, x: &I8Vector, row0: usize, y: &mut [f32]) 
             )
         };
     }
-    // SAFETY: handed out by `rows_kernel` only when the CPU supports the
-    // AVX-512 set (with VNNI); `check` and the invariants of the types give
+    // SAFETY: the AVX-512 set with VNNI (see `KERNELS`); `check` and the invariants of the types give
     // the rows in range, one scale and row sum per row, and the offset
     // activation padded to whole 64-byte lines.
     unsafe {
@@ -520,24 +543,6 @@ fn matvec_rows_vnni(m: &I8Matrix<'_>, x: &I8Vector, row0: usize, y: &mut [f32]) 
             row0,
             y,
         )
-    }
-}
-
-/// The row kernel for `isa`: its SIMD one where the CPU supports it, the
-/// scalar twin otherwise (NEON has none yet).
-pub fn rows_kernel(isa: Isa) -> RowsFn {
-    // SAFETY (of the kernels handed out below): a SIMD kernel is returned
-    // only when `isa.is_supported()` is true on this CPU, which is what the
-    // `unsafe` calls inside the wrappers rely on.
-    if !isa.is_supported() {
-        return matvec_rows_ref;
-    }
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => matvec_rows_vnni,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => matvec_rows_avx2,
-        _ => matvec_rows_ref,
     }
 }
 
@@ -644,31 +649,15 @@ fn matvec_rows_multi_vnni(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, ys: &
     }
 }
 
-/// The multi kernel for `isa` (see [`rows_kernel`]).
-pub fn rows_multi_kernel(isa: Isa) -> RowsMultiFn {
-    // SAFETY: as in `rows_kernel`.
-    if !isa.is_supported() {
-        return matvec_rows_multi_ref;
-    }
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => matvec_rows_multi_vnni,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => matvec_rows_multi_avx2,
-        _ => matvec_rows_multi_ref,
-    }
-}
-
 /// Matrices with fewer multiply-adds run on the calling thread: below
 /// this, a pool run costs more than it saves.
 pub const PARALLEL_FROM: usize = 1 << 18;
 
-/// `y = m · x` with the selected kernels, rows split over the pool when the
-/// matrix is large enough ([`PARALLEL_FROM`]) and the pool has threads.
+/// `y = m · x` with the kernels `m` was bound with, rows split over the
+/// pool when the matrix is large enough ([`PARALLEL_FROM`]) and the pool
+/// has threads.
 pub fn matvec(pool: &ThreadPool, m: &I8Matrix<'_>, x: &I8Vector, y: &mut [f32]) {
-    static KERNEL: std::sync::OnceLock<RowsFn> = std::sync::OnceLock::new();
-    let kernel = *KERNEL.get_or_init(|| rows_kernel(crate::isa::selected()));
-    matvec_with(pool, kernel, m, x, y)
+    matvec_with(pool, m.kernels.rows, m, x, y)
 }
 
 /// `ys = (m · xs[0], m · xs[1], …)`: `ys[a·rows..(a + 1)·rows] = m ·
@@ -676,12 +665,10 @@ pub fn matvec(pool: &ThreadPool, m: &I8Matrix<'_>, x: &I8Vector, y: &mut [f32]) 
 /// several activations. At most [`MAX_MULTI`] activations; rows split
 /// over the pool as [`matvec`] splits them.
 pub fn matvec_multi(pool: &ThreadPool, m: &I8Matrix<'_>, xs: &[&I8Vector], ys: &mut [f32]) {
-    static KERNEL: std::sync::OnceLock<RowsMultiFn> = std::sync::OnceLock::new();
-    let kernel = *KERNEL.get_or_init(|| rows_multi_kernel(crate::isa::selected()));
-    matvec_multi_with(pool, kernel, m, xs, ys)
+    matvec_multi_with(pool, m.kernels.rows_multi, m, xs, ys)
 }
 
-/// [`matvec_multi`] with a given kernel (from [`rows_multi_kernel`]).
+/// [`matvec_multi`] with a given kernel (a set's [`Int8Kernels::rows_multi`]).
 pub fn matvec_multi_with(
     pool: &ThreadPool,
     kernel: RowsMultiFn,
@@ -744,7 +731,7 @@ impl SharedOut {
 // one slice, and nothing else reads or writes `ys` during the run.
 unsafe impl Sync for SharedOut {}
 
-/// [`matvec`] with a given row kernel (from [`rows_kernel`]).
+/// [`matvec`] with a given row kernel (a set's [`Int8Kernels::rows`]).
 pub fn matvec_with(
     pool: &ThreadPool,
     kernel: RowsFn,

@@ -1,31 +1,35 @@
-//! Matrix-matrix products for a batch of activations: the prefill step.
+//! Products of a quantized weight matrix with activation rows: `Y = X Wᵀ`
+//! for `n` rows `X` `(n, cols)` and a [`QMatrix`] `W` `(rows, cols)`,
+//! giving `Y` `(n, rows)`. Decode is the `n = 1` case ([`matvec`]), prefill
+//! and batched decode the others.
 //!
-//! `Y = X Wᵀ` for `n` activation rows `X` `(n, cols)` and a quantized weight
-//! matrix `W` `(rows, cols)`, giving `Y` `(n, rows)`. Each activation row is
-//! quantized once into the weight type's `vec_dot_type`; then the weight
-//! rows are split over the pool and each weight row, once loaded, is dotted
-//! with all `n` quantized activations while it sits in L1. Decode streams
-//! the weights once per token; this streams them once per batch.
+//! Each activation row is prepared once for the matrix's kernel (quantized
+//! to its layout); then the weight rows are split over the pool and each
+//! weight row (or tile of 16 rows), once loaded, is dotted with all `n`
+//! prepared activations while it sits in L1. Decode streams the weights
+//! once per token; this streams them once per batch. The kernel was chosen
+//! when the matrix was bound ([`crate::matrix`]): nothing is looked up here.
 //!
-//! Every `Y[t][r]` is the same `vec_dot(row r, xq_t)` call [`crate::matvec`]
-//! makes, so a batch gives bit-identical results to `n` matvecs, whatever
-//! the batch size or thread count.
+//! Every `Y[t][r]` is computed the same way whatever `n`, the other rows
+//! or the thread count (each kernel runs the same operations per
+//! activation), so a batch gives bit-identical results to `n` products of
+//! one row.
 
-use crate::isa::Isa;
-use crate::matvec::QMatrix;
+use crate::matrix::{Product, QMatrix};
 use crate::pool::ThreadPool;
-use crate::quant::tiles::{self, TILE_ROWS};
-use crate::traits::{FromFloatFn, MultiDot, VecDotFn};
+use crate::quant::tiles::{self, TileDotFn, TILE_ROWS};
+use crate::traits::{MultiDotFn, VecDotFn};
 use bytemuck::{Pod, Zeroable};
 
-/// A cache line: keeps each quantized activation row aligned for the block
+/// A cache line: keeps each prepared activation row aligned for the block
 /// casts and SIMD loads.
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Line([u8; 64]);
 
-/// Reusable buffers for [`matmul`]: the quantized activations and the
-/// transposed output. They grow to the largest batch seen, then stay.
+/// Reusable buffers for [`matmul`]: the prepared activations and the
+/// transposed output. They grow to the largest batch seen, then stay, so
+/// steady-state decode allocates nothing.
 #[derive(Default)]
 pub struct MatmulScratch {
     xq: Vec<Line>,
@@ -56,53 +60,20 @@ impl MatmulScratch {
     }
 }
 
-/// An activation layout: how one is prepared, and its bytes for `cols`.
-type ActLayout = (FromFloatFn, fn(usize) -> usize);
-
-/// How an activation is prepared for `m`'s kernel, when not just quantized
-/// to its `vec_dot_type`: for row tiles or the type's multi-dot.
-fn act_layout(m: &QMatrix<'_>) -> Option<ActLayout> {
-    if m.tiles().is_some() {
-        return Some((tiles::prepare, tiles::prepared_bytes));
-    }
-    m.traits().multi.map(|k| (k.prepare, k.prepared_bytes))
-}
-
-/// Bytes of one quantized activation row: in the layout of `m`'s kernel.
-fn act_bytes(m: &QMatrix<'_>) -> usize {
-    match act_layout(m) {
-        Some((_, bytes)) => bytes(m.cols()),
-        None => m.activation_bytes(),
-    }
-}
-
-/// Bytes between quantized activation rows: whole cache lines.
+/// Bytes between prepared activation rows: whole cache lines.
 fn act_stride(m: &QMatrix<'_>) -> usize {
-    act_bytes(m).div_ceil(64).max(1) * 64
+    m.prepared_bytes().div_ceil(64).max(1) * 64
 }
 
-/// Weight bytes per chunk of rows handed to a thread in a batch: small
-/// enough that a chunk stays in L2 while all its activations pass by, large
-/// enough that the chunk count stays low.
+/// Weight bytes per chunk of rows handed to a thread: small enough that a
+/// chunk stays in L2 while all its activations pass by, large enough that
+/// the chunk count stays low.
 const CHUNK_BYTES: usize = 16 << 10;
 
-/// `ys = xs · mᵀ` with the kernels this process selected: `xs` is `n` rows of
-/// `m.cols()`, `ys` is `n` rows of `m.rows()`.
+/// `ys = xs · mᵀ`: `xs` is `n` rows of `m.cols()`, `ys` is `n` rows of
+/// `m.rows()`.
 pub fn matmul(
     pool: &ThreadPool,
-    m: &QMatrix<'_>,
-    xs: &[f32],
-    ys: &mut [f32],
-    scratch: &mut MatmulScratch,
-) {
-    matmul_isa(pool, crate::isa::selected(), m, xs, ys, scratch)
-}
-
-/// [`matmul`] with the kernels for `isa` (scalar where `isa` is not
-/// available).
-pub fn matmul_isa(
-    pool: &ThreadPool,
-    isa: Isa,
     m: &QMatrix<'_>,
     xs: &[f32],
     ys: &mut [f32],
@@ -125,40 +96,100 @@ pub fn matmul_isa(
         return;
     }
     scratch.reserve(m, n);
-    let stride = act_stride(m);
-    if m.tiles().is_some() {
-        prepare_layout(m, tiles::prepare, xs, scratch);
-        let xq: &[u8] = &bytemuck::cast_slice(&scratch.xq)[..n * stride];
-        return run_tiles(pool, isa, m, xq, stride, n, ys);
+    prepare(m, xs, scratch);
+    run(pool, m, n, ys, scratch);
+}
+
+/// `y = m · x` for one activation row: [`matmul`] with `n = 1`.
+pub fn matvec(
+    pool: &ThreadPool,
+    m: &QMatrix<'_>,
+    x: &[f32],
+    y: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
+    assert_eq!(
+        x.len(),
+        m.cols(),
+        "matvec: x has {} elements, the matrix {} columns",
+        x.len(),
+        m.cols()
+    );
+    assert_eq!(
+        y.len(),
+        m.rows(),
+        "matvec: y has {} elements, the matrix {} rows",
+        y.len(),
+        m.rows()
+    );
+    if m.cols() == 0 {
+        // Empty sums (matmul cannot tell how many rows an empty x holds).
+        y.fill(0.0);
+        return;
     }
-    if let Some(multi) = m.traits().multi {
-        return matmul_multi(pool, isa, m, multi, xs, ys, scratch);
-    }
-    let qbytes = m.activation_bytes();
+    matmul(pool, m, x, y, scratch)
+}
+
+/// Prepare the `n` rows of `xs` for `m`'s kernel into `scratch.xq`, one
+/// every [`act_stride`] bytes.
+fn prepare(m: &QMatrix<'_>, xs: &[f32], scratch: &mut MatmulScratch) {
+    let cols = m.cols();
+    let n = xs.len() / cols;
+    let (stride, bytes, prepare) = (act_stride(m), m.prepared_bytes(), m.prepare());
     let xq: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut scratch.xq)[..n * stride];
     for (x, q) in xs.chunks_exact(cols).zip(xq.chunks_exact_mut(stride)) {
-        m.quantize_activation(x, &mut q[..qbytes]);
+        prepare(x, &mut q[..bytes]);
     }
-    let xq: &[u8] = xq;
-    let dot: VecDotFn = (m.traits().vec_dot_for)(isa);
-    let rb = m.row_bytes();
-    let data = m.data();
+}
 
+/// `ys = xs · mᵀ` for the `n` activations [`prepare`] left in
+/// `scratch.xq`, with the kernel `m` was bound with.
+fn run(pool: &ThreadPool, m: &QMatrix<'_>, n: usize, ys: &mut [f32], scratch: &mut MatmulScratch) {
+    let stride = act_stride(m);
+    let MatmulScratch { xq, yt } = scratch;
+    let xq: &[u8] = &bytemuck::cast_slice(xq)[..n * stride];
+    let acts = Acts { xq, stride, n };
+    match m.product() {
+        Product::Tiles { tiles, dot } => run_tiles(pool, m, tiles, dot, acts, ys),
+        Product::Multi { dot } => run_multi(pool, m, dot, acts, ys, yt),
+        Product::Rows { dot } => run_rows(pool, m, dot, acts, ys, yt),
+    }
+}
+
+/// `n` prepared activations, `stride` bytes apart in `xq`.
+#[derive(Clone, Copy)]
+struct Acts<'a> {
+    xq: &'a [u8],
+    stride: usize,
+    n: usize,
+}
+
+/// Row by row: each weight row against every activation, one `vec_dot`
+/// each.
+fn run_rows(
+    pool: &ThreadPool,
+    m: &QMatrix<'_>,
+    dot: VecDotFn,
+    acts: Acts<'_>,
+    ys: &mut [f32],
+    yt: &mut [f32],
+) {
+    let Acts { xq, stride, n } = acts;
+    let (rows, rb, data) = (m.rows(), m.row_bytes(), m.data());
+    let qbytes = m.prepared_bytes();
+    let rows_per_chunk = (CHUNK_BYTES / rb.max(1)).max(1);
     if n == 1 {
         // One token: the output row is already in the right layout.
-        let chunk = (CHUNK_BYTES / rb.max(1)).max(1);
-        pool.for_each_chunk_mut(ys, chunk, |start, out, _| {
+        pool.for_each_chunk_mut(ys, rows_per_chunk, |start, out, _| {
             for (i, y) in out.iter_mut().enumerate() {
                 *y = dot(&data[(start + i) * rb..(start + i + 1) * rb], &xq[..qbytes]);
             }
         });
         return;
     }
-
     // yt is (rows, n): a thread owns whole weight rows, so it writes
     // contiguous output; transposed into ys afterwards.
-    let yt = &mut scratch.yt[..n * rows];
-    let rows_per_chunk = (CHUNK_BYTES / rb.max(1)).max(1);
+    let yt = &mut yt[..n * rows];
     pool.for_each_chunk_mut(yt, rows_per_chunk * n, |start, out, _| {
         let r0 = start / n;
         for (i, yr) in out.chunks_exact_mut(n).enumerate() {
@@ -175,54 +206,22 @@ pub fn matmul_isa(
     }
 }
 
-/// [`matmul_isa`] through the type's multi-activation dot: a thread takes a
-/// chunk of weight rows and runs each against every activation, in one
-/// kernel call per chunk.
-fn matmul_multi(
+/// Through the row tiles: a thread takes a chunk of tiles and runs each
+/// against every activation while it sits in L1, writing its rows of every
+/// output row.
+fn run_tiles(
     pool: &ThreadPool,
-    isa: Isa,
     m: &QMatrix<'_>,
-    multi: &MultiDot,
-    xs: &[f32],
-    ys: &mut [f32],
-    scratch: &mut MatmulScratch,
-) {
-    let n = xs.len() / m.cols();
-    prepare_layout(m, multi.prepare, xs, scratch);
-    run_multi(pool, isa, m, multi, n, ys, scratch);
-}
-
-/// Quantize the `n` rows of `xs` into `scratch.xq` with `prepare` (the
-/// preparation of `m`'s kernel).
-fn prepare_layout(m: &QMatrix<'_>, prepare: FromFloatFn, xs: &[f32], scratch: &mut MatmulScratch) {
-    let cols = m.cols();
-    let n = xs.len() / cols;
-    let (stride, qbytes) = (act_stride(m), act_bytes(m));
-    let xq: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut scratch.xq)[..n * stride];
-    for (x, q) in xs.chunks_exact(cols).zip(xq.chunks_exact_mut(stride)) {
-        prepare(x, &mut q[..qbytes]);
-    }
-}
-
-/// `ys = xs · mᵀ` through `m`'s row tiles for the `n` activations prepared
-/// in `xq` (`stride` bytes apart). A thread takes a chunk of tiles and runs
-/// each against every activation while it sits in L1, writing its rows of
-/// every output row.
-pub(crate) fn run_tiles(
-    pool: &ThreadPool,
-    isa: Isa,
-    m: &QMatrix<'_>,
-    xq: &[u8],
-    stride: usize,
-    n: usize,
+    data: &[u8],
+    dot: TileDotFn,
+    acts: Acts<'_>,
     ys: &mut [f32],
 ) {
+    let Acts { xq, stride, n } = acts;
     let (rows, cols) = (m.rows(), m.cols());
     let td = tiles::tile_dot(m.ty()).expect("a matrix with tiles has tile kernels");
-    let data = m.tiles().expect("run_tiles on a matrix with tiles");
     let tb = (td.tile_bytes)(cols);
     let nb = cols / 32;
-    let dot = (td.dot_for)(isa);
     assert_eq!(ys.len(), n * rows);
     let tiles_per_chunk = (CHUNK_BYTES / tb.max(1)).max(1);
     // Activations per kernel call: the output fits on the stack.
@@ -272,23 +271,19 @@ pub(crate) fn run_tiles(
     });
 }
 
-/// `ys = xs · mᵀ` for the `n` activations [`prepare_multi`] left in
-/// `scratch.xq`.
+/// Through the type's multi-activation dot: a thread takes a chunk of
+/// weight rows and runs each against every activation, in one kernel call
+/// per chunk.
 fn run_multi(
     pool: &ThreadPool,
-    isa: Isa,
     m: &QMatrix<'_>,
-    multi: &MultiDot,
-    n: usize,
+    dot: MultiDotFn,
+    acts: Acts<'_>,
     ys: &mut [f32],
-    scratch: &mut MatmulScratch,
+    yt: &mut [f32],
 ) {
-    let rows = m.rows();
-    let stride = act_stride(m);
-    let xq: &[u8] = &bytemuck::cast_slice(&scratch.xq)[..n * stride];
-    let dot = (multi.dot_for)(isa);
-    let rb = m.row_bytes();
-    let data = m.data();
+    let Acts { xq, stride, n } = acts;
+    let (rows, rb, data) = (m.rows(), m.row_bytes(), m.data());
     let rows_per_chunk = (CHUNK_BYTES / rb.max(1)).max(1);
     if n == 1 {
         // One token: the (rows, 1) output is already ys.
@@ -309,31 +304,27 @@ fn run_multi(
     // chunk is in L1: no serial transpose after the run.
     let ys_len = ys.len();
     let out = OutRows(ys.as_mut_ptr());
-    pool.for_each_chunk_mut(
-        &mut scratch.yt[..n * rows],
-        rows_per_chunk * n,
-        |start, yt, _| {
-            let r0 = start / n;
-            let r1 = r0 + yt.len() / n;
-            dot(&data[r0 * rb..r1 * rb], rb, xq, stride, n, yt);
-            for (r, yr) in (r0..r1).zip(yt.chunks_exact(n)) {
-                for (t, &y) in yr.iter().enumerate() {
-                    let i = t * rows + r;
-                    assert!(i < ys_len);
-                    // SAFETY: `ys` is exclusively borrowed for this call and
-                    // outlives the run; `i` is in bounds (checked); the chunks
-                    // of yt cover disjoint row ranges r0..r1, and element
-                    // (t, r) of ys is written only by the chunk holding row r,
-                    // so no two threads write the same element.
-                    unsafe { *out.get().add(i) = y };
-                }
+    pool.for_each_chunk_mut(&mut yt[..n * rows], rows_per_chunk * n, |start, yt, _| {
+        let r0 = start / n;
+        let r1 = r0 + yt.len() / n;
+        dot(&data[r0 * rb..r1 * rb], rb, xq, stride, n, yt);
+        for (r, yr) in (r0..r1).zip(yt.chunks_exact(n)) {
+            for (t, &y) in yr.iter().enumerate() {
+                let i = t * rows + r;
+                assert!(i < ys_len);
+                // SAFETY: `ys` is exclusively borrowed for this call and
+                // outlives the run; `i` is in bounds (checked); the chunks
+                // of yt cover disjoint row ranges r0..r1, and element
+                // (t, r) of ys is written only by the chunk holding row r,
+                // so no two threads write the same element.
+                unsafe { *out.get().add(i) = y };
             }
-        },
-    );
+        }
+    });
 }
 
-/// `ys`'s pointer, shared with the pool's threads by [`run_multi`], which
-/// gives each thread a disjoint set of its elements.
+/// `ys`'s pointer, shared with the pool's threads by [`run_tiles`] and
+/// [`run_multi`], which give each thread a disjoint set of its elements.
 struct OutRows(*mut f32);
 
 impl OutRows {
@@ -343,13 +334,13 @@ impl OutRows {
     }
 }
 
-// SAFETY: see the writes in `run_multi`: each element is written by at
-// most one thread, and nothing reads `ys` during the run.
+// SAFETY: see the writes in `run_tiles` and `run_multi`: each element is
+// written by at most one thread, and nothing reads `ys` during the run.
 unsafe impl Sync for OutRows {}
 
 /// `ys[i] = xs · ms[i]ᵀ` for matrices that read the same input (q/k/v,
-/// gate/up). Where they share a multi-dot activation layout, `xs` is
-/// quantized once for all of them; the results are those of separate
+/// gate/up). Where they prepare activations the same way, `xs` is
+/// prepared once for all of them; the results are those of separate
 /// [`matmul`] calls either way.
 pub fn matmul_each(
     pool: &ThreadPool,
@@ -359,23 +350,19 @@ pub fn matmul_each(
     scratch: &mut MatmulScratch,
 ) {
     assert_eq!(ms.len(), ys.len(), "matmul_each: one output per matrix");
-    let shared = ms.first().and_then(|m0| {
-        let (p0, b0) = act_layout(m0)?;
-        ms.iter()
-            .all(|m| {
-                m.cols() == m0.cols()
-                    && act_layout(m).is_some_and(|(p, b)| {
-                        std::ptr::fn_addr_eq(p, p0) && std::ptr::fn_addr_eq(b, b0)
-                    })
-            })
-            .then_some(p0)
+    let shared = ms.first().is_some_and(|m0| {
+        ms.iter().all(|m| {
+            m.cols() == m0.cols()
+                && m.prepared_bytes() == m0.prepared_bytes()
+                && std::ptr::fn_addr_eq(m.prepare(), m0.prepare())
+        })
     });
-    let Some(p0) = shared else {
+    if !shared {
         for (m, y) in ms.iter().zip(ys.iter_mut()) {
             matmul(pool, m, xs, y, scratch);
         }
         return;
-    };
+    }
     let cols = ms[0].cols();
     assert!(
         cols > 0 && xs.len().is_multiple_of(cols),
@@ -396,27 +383,24 @@ pub fn matmul_each(
     if n == 0 {
         return;
     }
-    let isa = crate::isa::selected();
-    prepare_layout(ms[0], p0, xs, scratch);
+    prepare(ms[0], xs, scratch);
     for (m, y) in ms.iter().zip(ys.iter_mut()) {
-        if m.tiles().is_some() {
-            let stride = act_stride(m);
-            let xq: &[u8] = &bytemuck::cast_slice(&scratch.xq)[..n * stride];
-            run_tiles(pool, isa, m, xq, stride, n, y);
-        } else {
-            let multi = m.traits().multi.expect("checked above");
-            run_multi(pool, isa, m, multi, n, y, scratch);
-        }
+        run(pool, m, n, y, scratch);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matvec::{matvec_isa, MatvecScratch};
+    use crate::isa::Isa;
     use crate::quant::testing::{rng, weights};
     use crate::traits::{computable_types, traits};
     use gguf::GgmlType;
+
+    /// `m` with the kernels of `isa`, a set this CPU supports.
+    fn on<'a>(isa: Isa, m: &QMatrix<'a>) -> QMatrix<'a> {
+        m.with_kernels(crate::table(isa).unwrap())
+    }
 
     /// A random `rows × cols` matrix of `ty`, in cache-line-aligned storage.
     fn matrix_bytes(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<Line> {
@@ -457,13 +441,14 @@ mod tests {
                 let xs = weights(&mut rng(100 + i as u64), n * cols);
                 for pool in &pools {
                     for isa in Isa::supported() {
+                        let m = on(isa, &m);
                         let mut ys = vec![f32::NAN; n * rows];
-                        matmul_isa(pool, isa, &m, &xs, &mut ys, &mut MatmulScratch::new());
+                        matmul(pool, &m, &xs, &mut ys, &mut MatmulScratch::new());
                         let mut y1 = vec![0.0; rows];
-                        let mut vs = MatvecScratch::new();
+                        let mut vs = MatmulScratch::new();
                         for t in 0..n {
                             let x = &xs[t * cols..(t + 1) * cols];
-                            matvec_isa(pool, isa, &m, x, &mut y1, &mut vs);
+                            matvec(pool, &m, x, &mut y1, &mut vs);
                             assert_eq!(
                                 &ys[t * rows..(t + 1) * rows],
                                 &y1[..],
@@ -513,13 +498,14 @@ mod tests {
                 );
                 for pool in &pools {
                     for isa in Isa::supported() {
+                        let m = on(isa, &m);
                         let mut ys = vec![f32::NAN; n * rows];
-                        matmul_isa(pool, isa, &m, &xs, &mut ys, &mut MatmulScratch::new());
+                        matmul(pool, &m, &xs, &mut ys, &mut MatmulScratch::new());
                         let mut y1 = vec![0.0; rows];
-                        let mut vs = MatvecScratch::new();
+                        let mut vs = MatmulScratch::new();
                         for t in 0..n {
                             let x = &xs[t * cols..(t + 1) * cols];
-                            matvec_isa(pool, isa, &m, x, &mut y1, &mut vs);
+                            matvec(pool, &m, x, &mut y1, &mut vs);
                             assert_eq!(
                                 &ys[t * rows..(t + 1) * rows],
                                 &y1[..],
@@ -631,5 +617,169 @@ mod tests {
             &mut ys,
             &mut MatmulScratch::new(),
         );
+    }
+
+    /// A random matrix and activation row for the one-row tests.
+    struct Case {
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: Vec<Line>,
+        x: Vec<f32>,
+    }
+
+    impl Case {
+        fn new(ty: GgmlType, rows: usize, blocks: usize, seed: u64) -> Case {
+            let tr = traits(ty).unwrap();
+            let cols = blocks * ty.block_size().max(tr.vec_dot_type.block_size());
+            let data = matrix_bytes(ty, rows, cols, seed);
+            let x = weights(&mut rng(seed + 1), cols);
+            Case {
+                ty,
+                rows,
+                cols,
+                data,
+                x,
+            }
+        }
+
+        fn matrix(&self) -> QMatrix<'_> {
+            view(self.ty, self.rows, self.cols, &self.data)
+        }
+    }
+
+    /// Types whose activation type is registered too.
+    fn types() -> Vec<GgmlType> {
+        computable_types()
+            .into_iter()
+            .filter(|&t| traits(traits(t).unwrap().vec_dot_type).is_some())
+            .collect()
+    }
+
+    /// One row through every set and thread count: each output is the
+    /// set's own kernel on that row (bit for bit), and within rounding of
+    /// the scalar reference dot.
+    #[test]
+    fn matches_row_by_row_reference() {
+        let types = types();
+        assert!(types.contains(&GgmlType::F32));
+        let pools: Vec<ThreadPool> = (1..=4).map(ThreadPool::new).collect();
+        let mut scratch = MatmulScratch::new();
+        for (i, &ty) in types.iter().enumerate() {
+            let tr = traits(ty).unwrap();
+            let act = traits(tr.vec_dot_type).unwrap();
+            for (rows, blocks) in [(1, 1), (7, 3), (33, 2), (67, 5)] {
+                let case = Case::new(ty, rows, blocks, 1000 + i as u64 * 10 + rows as u64);
+                let m = case.matrix();
+                // Reference: the scalar dot on each row, and the size of the
+                // terms for the tolerance.
+                let n = m.activation_bytes();
+                let mut xq_lines = vec![Line::zeroed(); n.div_ceil(64)];
+                (act.from_float)(&case.x, &mut bytemuck::cast_slice_mut(&mut xq_lines)[..n]);
+                let xq: &[u8] = &bytemuck::cast_slice(&xq_lines)[..n];
+                let mut xd = vec![0.0; case.cols];
+                (act.to_float)(xq, &mut xd);
+                let mut wd = vec![0.0; case.cols];
+                let want: Vec<(f32, f32)> = (0..rows)
+                    .map(|r| {
+                        (tr.to_float)(m.row(r), &mut wd);
+                        let mag: f32 = wd.iter().zip(&xd).map(|(a, b)| (a * b).abs()).sum();
+                        ((tr.vec_dot_ref)(m.row(r), xq), mag)
+                    })
+                    .collect();
+                for &isa in &Isa::supported() {
+                    let k = crate::table(isa).unwrap();
+                    let m = on(isa, &m);
+                    for pool in &pools {
+                        let mut y = vec![f32::NAN; rows];
+                        matvec(pool, &m, &case.x, &mut y, &mut scratch);
+                        for r in 0..rows {
+                            let what = format!(
+                                "{ty} {rows}x{} {} threads={} row {r}",
+                                case.cols,
+                                isa.name(),
+                                pool.n_threads()
+                            );
+                            // The same kernel on the same bytes: identical.
+                            let same = match tr.multi {
+                                Some(multi) => {
+                                    let mut p = vec![0u32; (multi.prepared_bytes)(case.cols) / 4];
+                                    let p: &mut [u8] = bytemuck::cast_slice_mut(&mut p);
+                                    (multi.prepare)(&case.x, p);
+                                    let mut o = [0.0];
+                                    let rb = m.row_bytes();
+                                    let dot = k.multi_dot(ty).unwrap();
+                                    dot(m.row(r), rb, p, p.len(), 1, &mut o);
+                                    o[0]
+                                }
+                                None => k.vec_dot(ty).unwrap()(m.row(r), xq),
+                            };
+                            assert_eq!(y[r].to_bits(), same.to_bits(), "{what}");
+                            let (w, mag) = want[r];
+                            assert!(
+                                (y[r] - w).abs() <= 1e-5 * mag + 1e-6,
+                                "{what}: {} vs ref {w}",
+                                y[r]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn many_chunks_and_default_kernels() {
+        // Enough rows for many chunks per thread, an odd count.
+        let case = Case::new(GgmlType::F32, 2049, 64, 7);
+        let m = case.matrix();
+        let mut scratch = MatmulScratch::new();
+        let mut want = vec![0.0; m.rows()];
+        matvec(&ThreadPool::new(1), &m, &case.x, &mut want, &mut scratch);
+        assert!(CHUNK_BYTES / m.row_bytes() < m.rows() / 4);
+        for t in 2..=4 {
+            let mut y = vec![f32::NAN; m.rows()];
+            matvec(&ThreadPool::new(t), &m, &case.x, &mut y, &mut scratch);
+            assert_eq!(y, want, "threads={t}");
+        }
+        // A matrix is bound with the selected kernels.
+        let mut y = vec![f32::NAN; m.rows()];
+        let selected = on(crate::selected().isa(), &m);
+        matvec(
+            &ThreadPool::new(2),
+            &selected,
+            &case.x,
+            &mut y,
+            &mut scratch,
+        );
+        assert_eq!(y, want);
+    }
+
+    #[test]
+    fn scratch_is_reused() {
+        let case = Case::new(GgmlType::F32, 5, 8, 3);
+        let m = case.matrix();
+        let pool = ThreadPool::new(2);
+        let mut scratch = MatmulScratch::new();
+        let mut y = vec![0.0; 5];
+        matvec(&pool, &m, &case.x, &mut y, &mut scratch);
+        let (cap, ptr) = (scratch.capacity(), scratch.xq.as_ptr());
+        assert!(cap >= m.prepared_bytes());
+        for _ in 0..3 {
+            matvec(&pool, &m, &case.x, &mut y, &mut scratch);
+        }
+        assert_eq!((scratch.capacity(), scratch.xq.as_ptr()), (cap, ptr));
+    }
+
+    #[test]
+    fn empty_shapes() {
+        let pool = ThreadPool::new(2);
+        let mut scratch = MatmulScratch::new();
+        let m = QMatrix::new(GgmlType::F32, 0, 16, &[]).unwrap();
+        matvec(&pool, &m, &[1.0; 16], &mut [], &mut scratch);
+        let m = QMatrix::new(GgmlType::F32, 3, 0, &[]).unwrap();
+        let mut y = [f32::NAN; 3];
+        matvec(&pool, &m, &[], &mut y, &mut scratch);
+        assert_eq!(y, [0.0; 3]);
     }
 }

@@ -7,7 +7,7 @@
 //! tensor views from a memory map are used in place. Rows must be a whole
 //! number of blocks; slices of the wrong length are a caller bug and panic.
 
-use crate::isa::Isa;
+use crate::isa::PerIsa;
 use crate::quant;
 use gguf::GgmlType;
 
@@ -37,13 +37,14 @@ pub struct MultiDot {
     pub prepared_bytes: fn(cols: usize) -> usize,
     /// Quantize `x` into `dst` (`prepared_bytes(x.len())` bytes, 4-aligned).
     pub prepare: FromFloatFn,
-    /// The kernel for an instruction set (scalar where the CPU lacks it).
-    pub dot_for: fn(Isa) -> MultiDotFn,
+    /// The kernels, one per instruction set ([`crate::Kernels::multi_dot`]
+    /// hands them out).
+    pub(crate) dots: PerIsa<MultiDotFn>,
 }
 
 pub struct TypeTraits {
     pub ty: GgmlType,
-    /// The type activations are quantized to before [`TypeTraits::vec_dot`].
+    /// The type activations are quantized to before its dot product ([`crate::Kernels::vec_dot`]).
     pub vec_dot_type: GgmlType,
     /// Reference dequantizer (bit-identical to ggml's `dequantize_row_*`).
     pub to_float: ToFloatFn,
@@ -52,9 +53,9 @@ pub struct TypeTraits {
     /// Plain scalar dot product: the reference every SIMD variant is tested
     /// against.
     pub vec_dot_ref: VecDotFn,
-    /// The fastest dot for an instruction set; returns the scalar one for
-    /// sets the type has no kernel for or the CPU does not support.
-    pub vec_dot_for: fn(Isa) -> VecDotFn,
+    /// The dots, one per instruction set (made by [`quant::vec_dots`];
+    /// [`crate::Kernels::vec_dot`] hands them out).
+    pub(crate) dots: PerIsa<VecDotFn>,
     /// The several-activation dot, for types that have one; products go
     /// through it instead of `vec_dot` when it is there.
     pub multi: Option<&'static MultiDot>,
@@ -71,10 +72,6 @@ impl TypeTraits {
     pub fn row_bytes(&self, n: usize) -> usize {
         debug_assert_eq!(n % self.block_size(), 0);
         n / self.block_size() * self.type_size()
-    }
-    /// The dot product for the kernel set this process selected.
-    pub fn vec_dot(&self) -> VecDotFn {
-        (self.vec_dot_for)(crate::isa::selected())
     }
 }
 

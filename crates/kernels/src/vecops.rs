@@ -6,8 +6,8 @@
 //!
 //! Every op is one plain body (loops over independent lanes, reductions
 //! into 16 explicit lane accumulators) compiled three times: for AVX-512,
-//! for AVX2+FMA and for the baseline target, and picked once per process
-//! like the other kernels. Rust never contracts `a * b + c` into an FMA and
+//! for AVX2+FMA and for the baseline target, listed in [`VecKernels`] per
+//! set for the kernel tables ([`crate::Kernels::vecops`]). Rust never contracts `a * b + c` into an FMA and
 //! the accumulation order is written out, so **all three give bit-identical
 //! results**; only their speed differs.
 //!
@@ -17,9 +17,8 @@
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use crate::isa::Isa;
+use crate::isa::PerIsa;
 use half::f16;
-use std::sync::OnceLock;
 
 // The constants of [`exp`] (shared with the SIMD kernels, which must
 // compute the same bits).
@@ -346,16 +345,23 @@ pub struct Attention<'a, T: KvElement = f32> {
     pub scale: f32,
 }
 
-/// The kernels of one instruction set.
-struct Table {
-    swiglu: fn(&mut [f32], &[f32]),
-    softcap: fn(&mut [f32], f32),
-    softmax: fn(&mut [f32]),
-    attend: fn(&Attention<'_>, &mut [f32], &mut [f32]),
-    attend_f16: fn(&Attention<'_, f16>, &mut [f32], &mut [f32]),
+/// The ops of one instruction set (the free functions below run the
+/// selected set's).
+#[derive(Clone, Copy)]
+pub struct VecKernels {
+    /// [`swiglu`].
+    pub swiglu: fn(&mut [f32], &[f32]),
+    /// [`softcap`].
+    pub softcap: fn(&mut [f32], f32),
+    /// [`softmax`].
+    pub softmax: fn(&mut [f32]),
+    /// [`attend`].
+    pub attend: fn(&Attention<'_>, &mut [f32], &mut [f32]),
+    /// [`attend_f16`].
+    pub attend_f16: fn(&Attention<'_, f16>, &mut [f32], &mut [f32]),
 }
 
-const SCALAR: Table = Table {
+const SCALAR: VecKernels = VecKernels {
     swiglu: swiglu_body,
     softcap: softcap_body,
     softmax: softmax_body,
@@ -391,13 +397,20 @@ macro_rules! x86_table {
                 $attend(a, s, o)
             }
 
-            // SAFETY (all of them): the table is handed out by `table(isa)`
-            // only when `isa.is_supported()` confirmed these features.
-            pub(super) const TABLE: Table = Table {
+            // The SAFETY of every call below: this table is reachable
+            // only through `PerIsa::get` for the set these features make
+            // up, whose caller guarantees the CPU has them; the bodies are
+            // safe code otherwise.
+            pub(super) const TABLE: VecKernels = VecKernels {
+                // SAFETY: see above.
                 swiglu: |g, u| unsafe { swiglu(g, u) },
+                // SAFETY: see above.
                 softcap: |x, c| unsafe { softcap(x, c) },
+                // SAFETY: see above.
                 softmax: |x| unsafe { softmax(x) },
+                // SAFETY: see above.
                 attend: |a, s, o| unsafe { attend(a, s, o) },
+                // SAFETY: see above.
                 attend_f16: |a, s, o| unsafe { attend_f16(a, s, o) },
             };
         }
@@ -413,22 +426,16 @@ x86_table!(
     x86::attend_avx512
 );
 
-fn table(isa: Isa) -> &'static Table {
-    if !isa.is_supported() {
-        return &SCALAR;
-    }
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => &avx512::TABLE,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => &avx2::TABLE,
-        _ => &SCALAR,
-    }
-}
+/// The ops of every set.
+pub(crate) const KERNELS: PerIsa<VecKernels> = {
+    let k = PerIsa::new(SCALAR);
+    #[cfg(target_arch = "x86_64")]
+    let k = k.avx2(avx2::TABLE).avx512(avx512::TABLE);
+    k
+};
 
-fn selected() -> &'static Table {
-    static T: OnceLock<&'static Table> = OnceLock::new();
-    T.get_or_init(|| table(crate::isa::selected()))
+fn selected() -> &'static VecKernels {
+    &crate::selected().vecops
 }
 
 /// `gate[i] = silu(gate[i]) · up[i]`.
@@ -436,29 +443,14 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     (selected().swiglu)(gate, up)
 }
 
-/// [`swiglu`] with the kernels for `isa` (scalar where unsupported).
-pub fn swiglu_isa(isa: Isa, gate: &mut [f32], up: &[f32]) {
-    (table(isa).swiglu)(gate, up)
-}
-
 /// `x[i] = cap · tanh(x[i] / cap)` (a logit soft cap; `cap > 0`).
 pub fn softcap(x: &mut [f32], cap: f32) {
     (selected().softcap)(x, cap)
 }
 
-/// [`softcap`] with the kernels for `isa`.
-pub fn softcap_isa(isa: Isa, x: &mut [f32], cap: f32) {
-    (table(isa).softcap)(x, cap)
-}
-
 /// In-place softmax.
 pub fn softmax(x: &mut [f32]) {
     (selected().softmax)(x)
-}
-
-/// [`softmax`] with the kernels for `isa`.
-pub fn softmax_isa(isa: Isa, x: &mut [f32]) {
-    (table(isa).softmax)(x)
 }
 
 /// `out[h] = softmax(scale · q[h]·K) · V` for every query head `h` of
@@ -475,27 +467,23 @@ pub fn scores_len(n_pos: usize) -> usize {
     n_pos.next_multiple_of(LANES)
 }
 
-/// [`attend`] with the kernels for `isa`.
-pub fn attend_isa(isa: Isa, a: &Attention<'_>, scores: &mut [f32], out: &mut [f32]) {
-    (table(isa).attend)(a, scores, out)
-}
-
 /// [`attend`] for keys and values stored as f16 (each widened exactly as
 /// it is loaded: the result equals [`attend`] on the widened rows).
 pub fn attend_f16(a: &Attention<'_, f16>, scores: &mut [f32], out: &mut [f32]) {
     (selected().attend_f16)(a, scores, out)
 }
 
-/// [`attend_f16`] with the kernels for `isa`.
-pub fn attend_f16_isa(isa: Isa, a: &Attention<'_, f16>, scores: &mut [f32], out: &mut [f32]) {
-    (table(isa).attend_f16)(a, scores, out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::isa::Isa;
     use crate::quant::testing::{rng, weights};
     use rand::Rng;
+
+    /// The ops of `isa`, a set this CPU supports.
+    fn ops(isa: Isa) -> VecKernels {
+        crate::table(isa).unwrap().vecops
+    }
 
     fn bits(x: &[f32]) -> Vec<u32> {
         x.iter().map(|v| v.to_bits()).collect()
@@ -547,12 +535,12 @@ mod tests {
             let g: Vec<f32> = weights(&mut r, n).iter().map(|v| v * 4.0).collect();
             let u = weights(&mut r, n);
             let mut want_sw = g.clone();
-            swiglu_isa(Isa::Scalar, &mut want_sw, &u);
+            (ops(Isa::Scalar).swiglu)(&mut want_sw, &u);
             let mut want_cap: Vec<f32> = g.iter().map(|v| v * 20.0).collect();
             let cap_in = want_cap.clone();
-            softcap_isa(Isa::Scalar, &mut want_cap, 30.0);
+            (ops(Isa::Scalar).softcap)(&mut want_cap, 30.0);
             let mut want_sm = g.clone();
-            softmax_isa(Isa::Scalar, &mut want_sm);
+            (ops(Isa::Scalar).softmax)(&mut want_sm);
             let z: f64 = g.iter().map(|&v| (v as f64).exp()).sum();
             for i in 0..n {
                 let (x, y) = (g[i] as f64, u[i] as f64);
@@ -569,13 +557,13 @@ mod tests {
             }
             for isa in Isa::supported() {
                 let mut sw = g.clone();
-                swiglu_isa(isa, &mut sw, &u);
+                (ops(isa).swiglu)(&mut sw, &u);
                 assert_eq!(bits(&sw), bits(&want_sw), "{isa:?} swiglu n={n}");
                 let mut c = cap_in.clone();
-                softcap_isa(isa, &mut c, 30.0);
+                (ops(isa).softcap)(&mut c, 30.0);
                 assert_eq!(bits(&c), bits(&want_cap), "{isa:?} softcap n={n}");
                 let mut sm = g.clone();
-                softmax_isa(isa, &mut sm);
+                (ops(isa).softmax)(&mut sm);
                 assert_eq!(bits(&sm), bits(&want_sm), "{isa:?} softmax n={n}");
             }
         }
@@ -620,7 +608,7 @@ mod tests {
             };
             let mut scores = vec![f32::NAN; nh * scores_len(n_pos)];
             let mut want = vec![f32::NAN; nh * hd];
-            attend_isa(Isa::Scalar, &a, &mut scores, &mut want);
+            (ops(Isa::Scalar).attend)(&a, &mut scores, &mut want);
             for h in 0..nh {
                 let s: Vec<f64> = (0..n_pos)
                     .map(|p| {
@@ -647,7 +635,7 @@ mod tests {
             }
             for isa in Isa::supported() {
                 let mut out = vec![f32::NAN; nh * hd];
-                attend_isa(isa, &a, &mut scores, &mut out);
+                (ops(isa).attend)(&a, &mut scores, &mut out);
                 assert_eq!(bits(&out), bits(&want), "{isa:?} hd {hd} n {n_pos}");
             }
             let mut out = vec![f32::NAN; nh * hd];
@@ -670,7 +658,7 @@ mod tests {
                 ..a
             };
             let mut want16 = vec![f32::NAN; nh * hd];
-            attend_isa(Isa::Scalar, &wide, &mut scores, &mut want16);
+            (ops(Isa::Scalar).attend)(&wide, &mut scores, &mut want16);
             let half_a = Attention {
                 q: &q,
                 head_dim: hd,
@@ -682,7 +670,7 @@ mod tests {
             };
             for isa in Isa::supported() {
                 let mut out = vec![f32::NAN; nh * hd];
-                attend_f16_isa(isa, &half_a, &mut scores, &mut out);
+                (ops(isa).attend_f16)(&half_a, &mut scores, &mut out);
                 assert_eq!(bits(&out), bits(&want16), "{isa:?} f16 hd {hd} n {n_pos}");
             }
         }

@@ -9,6 +9,9 @@
 //! missing or malformed file gives `None` or a conservative default, never
 //! an error: a probe must not stop a model from running.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod caches;
 pub mod cgroup;
 pub mod cores;

@@ -3,7 +3,7 @@
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("architecture `{arch}` is not supported (supported: {})", crate::SUPPORTED_ARCHS.join(", "))]
+    #[error("architecture `{arch}` is not supported (supported: {})", crate::config::SUPPORTED_ARCHS.join(", "))]
     UnsupportedArch { arch: String },
     #[error("metadata: {0}")]
     Metadata(#[from] gguf::ErrorKind),
@@ -13,6 +13,10 @@ pub enum Error {
     File(#[from] gguf::Error),
     #[error("tensor `{name}`: {problem}")]
     Tensor { name: String, problem: String },
+    /// A layer asked of a state (to capture, or to stop after) that it
+    /// cannot give.
+    #[error("layer {layer}: {problem}")]
+    Layer { layer: usize, problem: String },
     #[error("not enough memory: need {need} (weights {weights} + KV cache {kv} + scratch {scratch}), {available} available; try a smaller context (-c)")]
     OutOfMemory {
         need: String,

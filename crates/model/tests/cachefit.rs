@@ -8,10 +8,12 @@
 use gguf::{GgmlType, GgufFile, Value};
 use kernels::pool::ThreadPool;
 use model::{
-    forward, forward_batch, forward_tokens, Arch, KvType, Logits, MemoryEstimate, ModelConfig,
-    State, StateOptions, Token, Weights,
+    Arch, KvType, Logits, MemoryEstimate, Model, ModelConfig, StateOptions, Token, Weights,
 };
+use std::collections::BTreeMap;
 use testkit::cachefit::{Spec, Storage, TinyCachefit, BYTE_VOCAB};
+
+mod common;
 
 /// Small, but with grouped heads (4 query heads on 2 KV heads), a head
 /// size that is not a power of two and every block kind twice.
@@ -82,6 +84,20 @@ fn reference(m: &TinyCachefit, tokens: &[u32]) -> Vec<Vec<f64>> {
 /// [`reference`], with every matrix input rounded like the int8 runtime's
 /// activations when `int8` is set.
 fn reference_with(m: &TinyCachefit, tokens: &[u32], int8: bool) -> Vec<Vec<f64>> {
+    reference_qk(m, tokens, int8).0
+}
+
+/// Rows of queries and rows of keys, by position.
+type QkRows = (Vec<Vec<f64>>, Vec<Vec<f64>>);
+
+/// [`reference_with`], and each attention block's queries and keys before
+/// RoPE by position, by block index.
+fn reference_qk(
+    m: &TinyCachefit,
+    tokens: &[u32],
+    int8: bool,
+) -> (Vec<Vec<f64>>, BTreeMap<usize, QkRows>) {
+    let mut qk: BTreeMap<usize, QkRows> = BTreeMap::new();
     let mv = |w: &[f32], x: &[f64]| {
         if int8 {
             mv(w, &int8_activation(x))
@@ -152,6 +168,9 @@ fn reference_with(m: &TinyCachefit, tokens: &[u32], int8: bool) -> Vec<Vec<f64>>
                     vs.push(r[qd + kvd..].to_vec());
                 }
                 let mut q = mv(qkv_w, &hs[t])[..qd].to_vec();
+                let rows = qk.entry(i).or_default();
+                rows.0.push(q.clone());
+                rows.1.push(mv(qkv_w, &hs[t])[qd..qd + kvd].to_vec());
                 rope(&mut q, t);
                 let group = s.n_heads / s.n_kv_heads;
                 let mut out = vec![0.0; qd];
@@ -193,7 +212,8 @@ fn reference_with(m: &TinyCachefit, tokens: &[u32], int8: bool) -> Vec<Vec<f64>>
             }
         }
     }
-    xs.iter()
+    let logits = xs
+        .iter()
         .map(|x| {
             let h = rmsnorm(x, m.get("output_norm.weight"), s.eps);
             mv(emb, &h)
@@ -208,7 +228,8 @@ fn reference_with(m: &TinyCachefit, tokens: &[u32], int8: bool) -> Vec<Vec<f64>>
                 })
                 .collect()
         })
-        .collect()
+        .collect();
+    (logits, qk)
 }
 
 // --- helpers -------------------------------------------------------------------
@@ -249,19 +270,13 @@ fn bits(x: &[f32]) -> Vec<u32> {
 }
 
 /// All logits of `toks` from position 0 in one batch, `(n, vocab)`.
-fn batched(
-    cfg: &ModelConfig,
-    w: &Weights<'_>,
-    pool: &ThreadPool,
-    toks: &[u32],
-    kv: KvType,
-) -> Vec<f32> {
+fn batched(model: &Model<'_>, pool: &ThreadPool, toks: &[u32], kv: KvType) -> Vec<f32> {
     let o = StateOptions {
         kv_type: kv,
         ..opts(64, toks.len(), true, 1)
     };
-    let mut s = State::with_options(cfg, w, &o).unwrap();
-    forward_batch(cfg, w, &mut s, pool, toks, 0, Logits::All).to_vec()
+    let mut s = model.new_state(&o).unwrap();
+    s.forward_seq(pool, toks, 0, Logits::All).to_vec()
 }
 
 fn max_err(got: &[f32], want: &[Vec<f64>]) -> (f64, f64) {
@@ -294,8 +309,8 @@ fn config_reads_the_cachefit_keys() {
         (cf.pattern().as_str(), cf.conv_kernel, cf.softcap),
         ("CACCA", 3, 15.0)
     );
-    let w = Weights::from_gguf(&l.file, &cfg).unwrap();
-    assert!(w.as_llama().is_none() && w.as_cachefit().is_some());
+    let model = Model::from_gguf(&l.file, &cfg).unwrap();
+    assert!(matches!(model.weights(), Weights::Cachefit(_)));
     // Every matrix once plus the scales: the whole file but the norms and
     // taps (a little more where the AVX-512 kernel's packed copy pads rows
     // to blocks of 16 and columns to groups of 4).
@@ -307,7 +322,7 @@ fn config_reads_the_cachefit_keys() {
         .map(|t| t.n_bytes)
         .sum();
     let all: u64 = l.file.tensors().iter().map(|t| t.n_bytes).sum();
-    let read = w.bytes_per_token() as u64;
+    let read = model.bytes_per_token() as u64;
     let matrices = all - norms_and_taps;
     assert!(
         read >= matrices && read <= matrices * 11 / 10,
@@ -320,11 +335,11 @@ fn f32_file_matches_reference() {
     let m = TinyCachefit::random(small(), 2);
     let l = write(&m, Storage::F32);
     let cfg = ModelConfig::from_gguf(l.file.metadata()).unwrap();
-    let w = Weights::from_gguf(&l.file, &cfg).unwrap();
+    let model = Model::from_gguf(&l.file, &cfg).unwrap();
     let toks = tokens(20, 1, BYTE_VOCAB);
     let want = reference(&m, &toks);
     for kv in [KvType::F32, KvType::F16] {
-        let got = batched(&cfg, &w, &ThreadPool::new(1), &toks, kv);
+        let got = batched(&model, &ThreadPool::new(1), &toks, kv);
         let (err, range) = max_err(&got, &want);
         // f32 arithmetic throughout (f16 keys and values add ~1e-3 relative).
         let tol = if kv == KvType::F32 { 2e-5 } else { 2e-3 };
@@ -340,9 +355,9 @@ fn i8_file_matches_reference_on_dequantized_weights() {
     let m = TinyCachefit::random(small(), 3);
     let l = write(&m, Storage::I8);
     let cfg = ModelConfig::from_gguf(l.file.metadata()).unwrap();
-    let w = Weights::from_gguf(&l.file, &cfg).unwrap();
+    let model = Model::from_gguf(&l.file, &cfg).unwrap();
     let toks = tokens(20, 2, BYTE_VOCAB);
-    let got = batched(&cfg, &w, &ThreadPool::new(1), &toks, KvType::F32);
+    let got = batched(&model, &ThreadPool::new(1), &toks, KvType::F32);
     let dq = m.dequantized();
     // Against plain arithmetic on the stored weights: the two int8
     // roundings of every matrix input leave up to ~amax/64516 per element,
@@ -370,15 +385,15 @@ fn token_by_token_equals_batches_bit_for_bit() {
         let m = TinyCachefit::random(small(), 4);
         let l = write(&m, storage);
         let cfg = ModelConfig::from_gguf(l.file.metadata()).unwrap();
-        let w = Weights::from_gguf(&l.file, &cfg).unwrap();
+        let model = Model::from_gguf(&l.file, &cfg).unwrap();
         let pool = ThreadPool::new(1);
         let toks = tokens(23, 3, BYTE_VOCAB);
-        let all = batched(&cfg, &w, &pool, &toks, KvType::F16);
+        let all = batched(&model, &pool, &toks, KvType::F16);
         let v = cfg.vocab_size;
         // One at a time.
-        let mut s = State::new(&cfg, &w, 64);
+        let mut s = model.new_state(&StateOptions::new(64)).unwrap();
         for (p, &t) in toks.iter().enumerate() {
-            let got = forward(&cfg, &w, &mut s, &pool, t, p);
+            let got = s.forward_seq(&pool, &[t], p, Logits::Last);
             assert_eq!(
                 bits(got),
                 bits(&all[p * v..(p + 1) * v]),
@@ -386,10 +401,10 @@ fn token_by_token_equals_batches_bit_for_bit() {
             );
         }
         // In uneven batches, last logits only.
-        let mut s = State::with_options(&cfg, &w, &opts(64, 7, false, 1)).unwrap();
+        let mut s = model.new_state(&opts(64, 7, false, 1)).unwrap();
         let mut p = 0;
         for chunk in toks.chunks(7) {
-            let got = forward_batch(&cfg, &w, &mut s, &pool, chunk, p, Logits::Last);
+            let got = s.forward_seq(&pool, chunk, p, Logits::Last);
             p += chunk.len();
             assert_eq!(
                 bits(got),
@@ -405,21 +420,21 @@ fn sequences_in_one_batch_equal_each_alone() {
     let m = TinyCachefit::random(small(), 5);
     let l = write(&m, Storage::I8);
     let cfg = ModelConfig::from_gguf(l.file.metadata()).unwrap();
-    let w = Weights::from_gguf(&l.file, &cfg).unwrap();
+    let model = Model::from_gguf(&l.file, &cfg).unwrap();
     let pool = ThreadPool::new(1);
     let v = cfg.vocab_size;
     let a = tokens(12, 5, BYTE_VOCAB);
     let b = tokens(9, 6, BYTE_VOCAB);
     let alone: Vec<Vec<f32>> = [&a, &b]
         .iter()
-        .map(|t| batched(&cfg, &w, &pool, t, KvType::F16))
+        .map(|t| batched(&model, &pool, t, KvType::F16))
         .collect();
     // Sequence 1 gets 2 prompt tokens in the first batch, then both
     // decode one token per batch, interleaved (as server slots are). With
     // two or more threads the two sequences run on different threads.
     for threads in [1, 2, 3] {
         let pool = ThreadPool::new(threads);
-        let mut s = State::with_options(&cfg, &w, &opts(64, 16, false, 2)).unwrap();
+        let mut s = model.new_state(&opts(64, 16, false, 2)).unwrap();
         let mut batch: Vec<Token> = (0..5)
             .map(|p| Token {
                 id: a[p],
@@ -434,7 +449,7 @@ fn sequences_in_one_batch_equal_each_alone() {
             pos: p,
             logits: p == 1,
         }));
-        let got = forward_tokens(&cfg, &w, &mut s, &pool, &batch).to_vec();
+        let got = s.forward(&pool, &batch).to_vec();
         assert_eq!(bits(&got[..v]), bits(&alone[0][4 * v..5 * v]));
         assert_eq!(bits(&got[v..]), bits(&alone[1][v..2 * v]));
         for step in 0..7 {
@@ -453,7 +468,7 @@ fn sequences_in_one_batch_equal_each_alone() {
                     logits: true,
                 },
             ];
-            let got = forward_tokens(&cfg, &w, &mut s, &pool, &batch).to_vec();
+            let got = s.forward(&pool, &batch).to_vec();
             assert_eq!(
                 bits(&got[..v]),
                 bits(&alone[1][pb * v..(pb + 1) * v]),
@@ -480,16 +495,16 @@ fn thread_counts_give_identical_logits() {
     for storage in [Storage::I8, Storage::F32] {
         let l = write(&m, storage);
         let cfg = ModelConfig::from_gguf(l.file.metadata()).unwrap();
-        let w = Weights::from_gguf(&l.file, &cfg).unwrap();
+        let model = Model::from_gguf(&l.file, &cfg).unwrap();
         let toks = tokens(9, 7, 2048);
         let runs: Vec<Vec<f32>> = (1..=3)
             .map(|t| {
                 let pool = ThreadPool::new(t);
-                let mut s = State::new(&cfg, &w, 32);
-                let mut out = batched(&cfg, &w, &pool, &toks[..6], KvType::F16);
-                forward_batch(&cfg, &w, &mut s, &pool, &toks[..6], 0, Logits::Last);
+                let mut s = model.new_state(&StateOptions::new(32)).unwrap();
+                let mut out = batched(&model, &pool, &toks[..6], KvType::F16);
+                s.forward_seq(&pool, &toks[..6], 0, Logits::Last);
                 for (p, &t) in toks.iter().enumerate().skip(6) {
-                    out.extend_from_slice(forward(&cfg, &w, &mut s, &pool, t, p));
+                    out.extend_from_slice(s.forward_seq(&pool, &[t], p, Logits::Last));
                 }
                 out
             })
@@ -504,33 +519,33 @@ fn continuing_after_truncation_is_exact() {
     let m = TinyCachefit::random(small(), 8);
     let l = write(&m, Storage::I8);
     let cfg = ModelConfig::from_gguf(l.file.metadata()).unwrap();
-    let w = Weights::from_gguf(&l.file, &cfg).unwrap();
+    let model = Model::from_gguf(&l.file, &cfg).unwrap();
     let pool = ThreadPool::new(1);
     let prompt = tokens(10, 9, BYTE_VOCAB);
     let other = tokens(8, 10, BYTE_VOCAB);
     let more = tokens(6, 11, BYTE_VOCAB);
     let mut want_toks = prompt.clone();
     want_toks.extend(&more);
-    let want = batched(&cfg, &w, &pool, &want_toks, KvType::F16);
+    let want = batched(&model, &pool, &want_toks, KvType::F16);
     let v = cfg.vocab_size;
 
-    let mut s = State::with_options(&cfg, &w, &opts(64, 16, true, 1)).unwrap();
-    forward_batch(&cfg, &w, &mut s, &pool, &prompt, 0, Logits::Last);
+    let mut s = model.new_state(&opts(64, 16, true, 1)).unwrap();
+    s.forward_seq(&pool, &prompt, 0, Logits::Last);
     // A diverging continuation fills positions 10..18 (and conv inputs).
-    forward_batch(&cfg, &w, &mut s, &pool, &other, 10, Logits::Last);
+    s.forward_seq(&pool, &other, 10, Logits::Last);
     // Truncate to the common prefix of 7 and continue from there.
     let mut rest = prompt[7..].to_vec();
     rest.extend(&more);
-    let got = forward_batch(&cfg, &w, &mut s, &pool, &rest, 7, Logits::All);
+    let got = s.forward_seq(&pool, &rest, 7, Logits::All);
     assert_eq!(bits(got), bits(&want[7 * v..]));
 
     // A new sequence from position 0 in a used state is a fresh start (the
     // convolution reads nothing before position 0).
     let fresh = tokens(5, 12, BYTE_VOCAB);
-    let got = forward_batch(&cfg, &w, &mut s, &pool, &fresh, 0, Logits::All).to_vec();
+    let got = s.forward_seq(&pool, &fresh, 0, Logits::All).to_vec();
     assert_eq!(
         bits(&got),
-        bits(&batched(&cfg, &w, &pool, &fresh, KvType::F16))
+        bits(&batched(&model, &pool, &fresh, KvType::F16))
     );
 }
 
@@ -539,13 +554,13 @@ fn cache_types_and_memory_estimate() {
     let m = TinyCachefit::random(small(), 9);
     let l = write(&m, Storage::I8);
     let cfg = ModelConfig::from_gguf(l.file.metadata()).unwrap();
-    let w = Weights::from_gguf(&l.file, &cfg).unwrap();
+    let model = Model::from_gguf(&l.file, &cfg).unwrap();
     for (kv, n_seq) in [(KvType::F16, 1), (KvType::F32, 3)] {
         let o = StateOptions {
             kv_type: kv,
             ..opts(40, 8, false, n_seq)
         };
-        let s = State::with_options(&cfg, &w, &o).unwrap();
+        let s = model.new_state(&o).unwrap();
         assert_eq!(
             (s.n_ctx(), s.n_batch(), s.n_seq(), s.kv_type()),
             (40, 8, n_seq, kv)
@@ -562,7 +577,7 @@ fn cache_types_and_memory_estimate() {
         kv_type: KvType::Q8_0,
         ..opts(40, 8, false, 1)
     };
-    let e = State::with_options(&cfg, &w, &o).err().unwrap().to_string();
+    let e = model.new_state(&o).err().unwrap().to_string();
     assert!(e.contains("q8_0") && e.contains("f16"), "{e}");
 }
 
@@ -572,9 +587,9 @@ fn positions_past_the_context_panic() {
     let m = TinyCachefit::random(small(), 10);
     let l = write(&m, Storage::I8);
     let cfg = ModelConfig::from_gguf(l.file.metadata()).unwrap();
-    let w = Weights::from_gguf(&l.file, &cfg).unwrap();
-    let mut s = State::new(&cfg, &w, 8);
-    forward(&cfg, &w, &mut s, &ThreadPool::new(1), 1, 8);
+    let model = Model::from_gguf(&l.file, &cfg).unwrap();
+    let mut s = model.new_state(&StateOptions::new(8)).unwrap();
+    s.forward_seq(&ThreadPool::new(1), &[1], 8, Logits::Last);
 }
 
 /// Bind a file edited by `edit` and return the error message.
@@ -591,7 +606,7 @@ fn load_error(
         Ok(c) => c,
         Err(e) => return e.to_string(),
     };
-    match Weights::from_gguf(&file, &cfg) {
+    match Model::from_gguf(&file, &cfg) {
         Ok(_) => panic!("the file was accepted"),
         Err(e) => e.to_string(),
     }
@@ -690,4 +705,94 @@ fn bad_files_get_clear_errors() {
         ));
     });
     assert!(e.contains("blk.0.ffn_up.scale") && e.contains("F32"), "{e}");
+}
+
+/// For `cachefit` the captured layers are attention blocks (here 1 and 4
+/// of CACCA): their queries and keys before RoPE match the reference's,
+/// the keys are what the cache holds with RoPE undone, and rows follow the
+/// call's tokens when two sequences run on two threads (lanes). Stopping
+/// after a block keeps the earlier blocks' captures and returns no logits.
+#[test]
+fn captures_attention_blocks_before_rope() {
+    let m = TinyCachefit::random(small(), 12);
+    let l = write(&m, Storage::F32);
+    let cfg = ModelConfig::from_gguf(l.file.metadata()).unwrap();
+    let model = Model::from_gguf(&l.file, &cfg).unwrap();
+    let (a, b) = (tokens(10, 13, BYTE_VOCAB), tokens(7, 14, BYTE_VOCAB));
+    let f32_cache = |n_seq| StateOptions {
+        kv_type: KvType::F32,
+        ..opts(64, 32, false, n_seq)
+    };
+    let pool = ThreadPool::new(2);
+    let flat =
+        |rows: &[Vec<f64>]| -> Vec<f32> { rows.iter().flatten().map(|&v| v as f32).collect() };
+
+    let mut st = model.new_state(&f32_cache(1)).unwrap();
+    let e = st.capture(&[1, 2]).unwrap_err().to_string();
+    assert!(e.contains("layer 2") && e.contains("convolution"), "{e}");
+    let e = st.capture(&[5]).unwrap_err().to_string();
+    assert!(e.contains("layer 5") && e.contains("5 layers"), "{e}");
+    // Each sequence alone: against the reference and the cache.
+    let mut alone = Vec::new();
+    for toks in [&a, &b] {
+        let mut st = model.new_state(&f32_cache(1)).unwrap();
+        st.capture(&[4, 1]).unwrap();
+        st.forward_seq(&pool, toks, 0, Logits::Last);
+        let (_, want) = reference_qk(&m, toks, false);
+        let n = toks.len();
+        for (i, (block, attn)) in [(4, 1), (1, 0)].into_iter().enumerate() {
+            let (k, q) = (st.captured_keys(i), st.captured_queries(i));
+            let e = common::rel_err(k, &flat(&want[&block].1));
+            assert!(e < 2e-5, "block {block} keys vs reference: {e}");
+            let e = common::rel_err(q, &flat(&want[&block].0));
+            assert!(e < 2e-5, "block {block} queries vs reference: {e}");
+            let cached = common::unroped_keys(&cfg, common::cache(&st, 0), attn, 0..n);
+            let e = common::rel_err(k, &cached);
+            assert!(e < 1e-6, "block {block} keys vs the cache: {e}");
+        }
+        alone.push([0, 1].map(|i| (bits(st.captured_keys(i)), bits(st.captured_queries(i)))));
+    }
+    // Both sequences in one call, interleaved, on two lanes.
+    let mut st = model.new_state(&f32_cache(2)).unwrap();
+    st.capture(&[4, 1]).unwrap();
+    let mut batch = Vec::new();
+    for p in 0..a.len() {
+        batch.push(Token {
+            id: a[p],
+            seq: 0,
+            pos: p,
+            logits: p + 1 == a.len(),
+        });
+        if let Some(&id) = b.get(p) {
+            batch.push(Token {
+                id,
+                seq: 1,
+                pos: p,
+                logits: p + 1 == b.len(),
+            });
+        }
+    }
+    st.forward(&pool, &batch);
+    let (kv_dim, q_dim) = (cfg.kv_dim(), cfg.q_dim());
+    for (i, block) in st.captured_layers().iter().enumerate() {
+        let (k, q) = (st.captured_keys(i), st.captured_queries(i));
+        assert_eq!(k.len(), batch.len() * kv_dim, "block {block}");
+        let mut next = [0, 0]; // each sequence's next row alone
+        for (r, t) in batch.iter().enumerate() {
+            let (ka, qa) = &alone[t.seq][i];
+            let j = next[t.seq];
+            next[t.seq] += 1;
+            assert_eq!(bits(&k[r * kv_dim..][..kv_dim]), ka[j * kv_dim..][..kv_dim]);
+            assert_eq!(bits(&q[r * q_dim..][..q_dim]), qa[j * q_dim..][..q_dim]);
+        }
+    }
+    // Stopping after block 2 (a convolution): block 1's captures as in the
+    // full pass, none of block 4's, no logits.
+    let mut st = model.new_state(&f32_cache(1)).unwrap();
+    st.capture(&[4, 1]).unwrap();
+    st.set_last_layer(Some(2)).unwrap();
+    assert!(st.forward_seq(&pool, &a, 0, Logits::Last).is_empty());
+    assert!(st.captured_keys(0).is_empty() && st.captured_queries(0).is_empty());
+    assert_eq!(bits(st.captured_keys(1)), alone[0][1].0);
+    assert_eq!(bits(st.captured_queries(1)), alone[0][1].1);
 }

@@ -17,7 +17,7 @@
 
 use gguf::GgufFile;
 use kernels::pool::ThreadPool;
-use model::{forward, forward_batch, KvType, Logits, ModelConfig, State, StateOptions, Weights};
+use model::{KvType, Logits, Model, ModelConfig, StateOptions};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -62,7 +62,7 @@ fn check(fixture: &str, model_name: &str, kv: KvType, bounds: Bounds) {
     let Some(path) = path else { return };
     let file = GgufFile::open(&path).unwrap();
     let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
-    let w = Weights::from_gguf(&file, &cfg).unwrap();
+    let model = Model::from_gguf(&file, &cfg).unwrap();
     let pool = ThreadPool::new(2);
     let vocab = cfg.vocab_size;
     let (mut positions, mut agree, mut worst) = (0usize, 0usize, 0f32);
@@ -74,18 +74,15 @@ fn check(fixture: &str, model_name: &str, kv: KvType, bounds: Bounds) {
         let toks = ids(&p["tokens"]);
         let top20 = p["top20"].as_array().unwrap();
         // All 64 positions as one batch, as llama.cpp made them.
-        let mut state = State::with_options(
-            &cfg,
-            &w,
-            &StateOptions {
+        let mut state = model
+            .new_state(&StateOptions {
                 n_batch: toks.len(),
                 kv_type: kv,
                 all_logits: true,
                 ..StateOptions::new(toks.len())
-            },
-        )
-        .unwrap();
-        let all = forward_batch(&cfg, &w, &mut state, &pool, &toks, 0, Logits::All);
+            })
+            .unwrap();
+        let all = state.forward_seq(&pool, &toks, 0, Logits::All);
         for (pos, logits) in all.chunks_exact(vocab).enumerate() {
             let refs: Vec<(usize, f32)> = top20[pos]
                 .as_array()
@@ -131,31 +128,21 @@ fn check(fixture: &str, model_name: &str, kv: KvType, bounds: Bounds) {
             .iter()
             .map(|g| g.as_f64().unwrap())
             .collect();
-        let mut state = State::with_options(
-            &cfg,
-            &w,
-            &StateOptions {
+        let mut state = model
+            .new_state(&StateOptions {
                 n_batch: n_prompt,
                 kv_type: kv,
                 ..StateOptions::new(n_prompt + want.len())
-            },
-        )
-        .unwrap();
-        let logits = forward_batch(
-            &cfg,
-            &w,
-            &mut state,
-            &pool,
-            &toks[..n_prompt],
-            0,
-            Logits::Last,
-        );
+            })
+            .unwrap();
+        let logits = state.forward_seq(&pool, &toks[..n_prompt], 0, Logits::Last);
         let mut next = kernels::ops::argmax(logits).unwrap() as u32;
         let mut got = Vec::new();
         for i in 0..want.len() {
             got.push(next);
-            next = kernels::ops::argmax(forward(&cfg, &w, &mut state, &pool, next, n_prompt + i))
-                .unwrap() as u32;
+            next =
+                kernels::ops::argmax(state.forward_seq(&pool, &[next], n_prompt + i, Logits::Last))
+                    .unwrap() as u32;
         }
         match got.iter().zip(&want).position(|(a, b)| a != b) {
             None => greedy_identical += 1,

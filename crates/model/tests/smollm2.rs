@@ -2,25 +2,27 @@
 
 use gguf::GgufFile;
 use kernels::pool::ThreadPool;
-use model::{forward, ModelConfig, State, Weights};
+use model::{KvType, Logits, Model, ModelConfig, StateOptions, Weights};
+
+mod common;
 
 /// Greedy continuation of `prompt`, `n` tokens, on `threads` threads.
 fn greedy(file: &GgufFile, prompt: &str, n: usize, threads: usize) -> (Vec<u32>, String) {
     let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
-    let w = Weights::from_gguf(file, &cfg).unwrap();
+    let model = Model::from_gguf(file, &cfg).unwrap();
     let vocab = tokenize::Vocab::from_gguf(file.metadata()).unwrap();
     let pool = ThreadPool::new(threads);
-    let mut state = State::new(&cfg, &w, 64);
+    let mut state = model.new_state(&StateOptions::new(64)).unwrap();
     let toks = vocab.encode(prompt, true, true);
     let mut logits = Vec::new();
     for (pos, &t) in toks.iter().enumerate() {
-        logits = forward(&cfg, &w, &mut state, &pool, t, pos).to_vec();
+        logits = state.forward_seq(&pool, &[t], pos, Logits::Last).to_vec();
     }
     let mut out = Vec::new();
     for i in 0..n {
         let next = kernels::ops::argmax(&logits).unwrap() as u32;
         out.push(next);
-        logits = forward(&cfg, &w, &mut state, &pool, next, toks.len() + i).to_vec();
+        logits = (state.forward_seq(&pool, &[next], toks.len() + i, Logits::Last)).to_vec();
     }
     let text = vocab.decode(&out);
     (out, text)
@@ -35,8 +37,10 @@ fn config_and_weights_bind() {
     let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
     assert_eq!((cfg.n_layers, cfg.dim, cfg.n_kv_heads), (30, 576, 3));
     assert_eq!(cfg.vocab_size, 49152);
-    let w = Weights::from_gguf(&file, &cfg).unwrap();
-    let w = w.as_llama().expect("a llama model");
+    let model = Model::from_gguf(&file, &cfg).unwrap();
+    let Weights::Llama(w) = model.weights() else {
+        panic!("SmolLM2 binds as a llama model");
+    };
     assert!(w.tied_output, "SmolLM2 ties output to token_embd");
     assert_eq!(w.layers.len(), 30);
     // Zero-copy: the matrices point into the file's mapping.
@@ -75,14 +79,14 @@ fn long_context_logits_identical_across_threads() {
     };
     let file = GgufFile::open(&path).unwrap();
     let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
-    let w = Weights::from_gguf(&file, &cfg).unwrap();
+    let model = Model::from_gguf(&file, &cfg).unwrap();
     let tokens: Vec<u32> = (0..140u32).map(|i| 100 + (i * 37) % 5000).collect();
     let run = |threads: usize| {
         let pool = ThreadPool::new(threads);
-        let mut state = State::new(&cfg, &w, 160);
+        let mut state = model.new_state(&StateOptions::new(160)).unwrap();
         let mut out = Vec::new();
         for (pos, &t) in tokens.iter().enumerate() {
-            let logits = forward(&cfg, &w, &mut state, &pool, t, pos);
+            let logits = state.forward_seq(&pool, &[t], pos, Logits::Last);
             if pos % 10 == 9 {
                 out.push(logits.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
             }
@@ -90,4 +94,57 @@ fn long_context_logits_identical_across_threads() {
         out
     };
     assert!(run(1) == run(3), "logits differ between 1 and 3 threads");
+}
+
+/// Captured keys are the cache's keys before RoPE; a state that stops
+/// after layer 15 captures the same keys and queries as the full pass.
+#[test]
+fn captured_keys_are_the_cache_before_rope() {
+    let Some(path) = testkit::model(testkit::SMOLLM2_Q4_1) else {
+        return;
+    };
+    let file = GgufFile::open(&path).unwrap();
+    let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
+    let model = Model::from_gguf(&file, &cfg).unwrap();
+    let vocab = tokenize::Vocab::from_gguf(file.metadata()).unwrap();
+    let toks = vocab.encode(
+        "The capital of France is Paris, and its river is",
+        true,
+        true,
+    );
+    let n = toks.len();
+    let pool = ThreadPool::new(2);
+    let opts = StateOptions {
+        kv_type: KvType::F32,
+        n_batch: n,
+        ..StateOptions::new(64)
+    };
+    let layers = [0, 15, 29];
+    let mut full = model.new_state(&opts).unwrap();
+    full.capture(&layers).unwrap();
+    assert_eq!(
+        full.forward_seq(&pool, &toks, 0, Logits::Last).len(),
+        cfg.vocab_size
+    );
+    for (i, &layer) in layers.iter().enumerate() {
+        let k = full.captured_keys(i);
+        assert_eq!(k.len(), n * cfg.kv_dim());
+        assert_eq!(full.captured_queries(i).len(), n * cfg.q_dim());
+        let cached = common::unroped_keys(&cfg, common::cache(&full, 0), layer, 0..n);
+        let e = common::rel_err(k, &cached);
+        assert!(e < 1e-6, "layer {layer}: keys vs the cache: {e}");
+    }
+    let mut early = model.new_state(&opts).unwrap();
+    early.capture(&layers).unwrap();
+    early.set_last_layer(Some(15)).unwrap();
+    assert!(early.forward_seq(&pool, &toks, 0, Logits::Last).is_empty());
+    for i in 0..2 {
+        assert_eq!(
+            common::bits(early.captured_keys(i)),
+            common::bits(full.captured_keys(i))
+        );
+        let q = common::bits(early.captured_queries(i));
+        assert_eq!(q, common::bits(full.captured_queries(i)));
+    }
+    assert!(early.captured_keys(2).is_empty());
 }

@@ -5,10 +5,9 @@
 
 use gguf::{Builder, GgmlType, GgufFile, Metadata, TensorSpec, Value};
 use kernels::pool::ThreadPool;
-use model::{
-    forward, forward_batch, forward_tokens, KvType, Logits, ModelConfig, State, StateOptions,
-    Token, Weights,
-};
+use model::{KvType, Logits, Model, ModelConfig, StateOptions, Token, Weights};
+
+mod common;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 
@@ -17,6 +16,9 @@ const FFN: usize = 96;
 const HEADS: usize = 4;
 const KV_HEADS: usize = 2;
 const VOCAB: usize = 50;
+
+/// Rows of queries and rows of keys, by position.
+type QkRows = (Vec<Vec<f64>>, Vec<Vec<f64>>);
 
 struct Tiny {
     arch: &'static str,
@@ -161,7 +163,14 @@ impl Tiny {
 
     /// Logits after each token of `tokens`, from scratch in f64.
     fn reference(&self, tokens: &[u32]) -> Vec<Vec<f64>> {
+        self.reference_qk(tokens).0
+    }
+
+    /// [`Tiny::reference`], and each layer's queries and keys before RoPE
+    /// by position: `qk[layer] = (q rows, k rows)`.
+    fn reference_qk(&self, tokens: &[u32]) -> (Vec<Vec<f64>>, Vec<QkRows>) {
         let hd = self.head_dim;
+        let mut qk: Vec<QkRows> = vec![(Vec::new(), Vec::new()); 2];
         let mut kc: Vec<Vec<Vec<f64>>> = vec![Vec::new(); 2]; // [layer][pos] (kv_dim,)
         let mut vc: Vec<Vec<Vec<f64>>> = vec![Vec::new(); 2];
         let emb = self.get("token_embd.weight").unwrap();
@@ -197,6 +206,8 @@ impl Tiny {
                         }
                     }
                 }
+                qk[l].0.push(q.clone());
+                qk[l].1.push(k.clone());
                 q.chunks_exact_mut(hd).for_each(|h| self.rope(h, pos));
                 k.chunks_exact_mut(hd).for_each(|h| self.rope(h, pos));
                 kc[l].push(k);
@@ -244,7 +255,7 @@ impl Tiny {
             };
             out.push(self.mv(out_name, &xn));
         }
-        out
+        (out, qk)
     }
 }
 
@@ -258,17 +269,20 @@ fn each_arch_matches_naive_reference() {
         let file = GgufFile::open(&path).unwrap();
         let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
         assert_eq!(cfg.head_dim, head_dim);
-        let w = Weights::from_gguf(&file, &cfg).unwrap();
-        assert_eq!(w.as_llama().unwrap().tied_output, arch != "llama");
+        let model = Model::from_gguf(&file, &cfg).unwrap();
+        let Weights::Llama(w) = model.weights() else {
+            panic!("{arch} binds as a llama model");
+        };
+        assert_eq!(w.tied_output, arch != "llama");
         let tokens = [3u32, 17, 42, 0, 49, 8, 8, 21];
         let want = tiny.reference(&tokens);
         let mut results = Vec::new();
         for threads in [1, 2] {
             let pool = ThreadPool::new(threads);
-            let mut state = State::new(&cfg, &w, 16);
+            let mut state = model.new_state(&StateOptions::new(16)).unwrap();
             let mut got = Vec::new();
             for (pos, &t) in tokens.iter().enumerate() {
-                got.push(forward(&cfg, &w, &mut state, &pool, t, pos).to_vec());
+                got.push(state.forward_seq(&pool, &[t], pos, Logits::Last).to_vec());
             }
             results.push(got);
         }
@@ -299,7 +313,7 @@ fn batches_equal_token_at_a_time() {
         tiny.write(&path, None);
         let file = GgufFile::open(&path).unwrap();
         let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
-        let w = Weights::from_gguf(&file, &cfg).unwrap();
+        let model = Model::from_gguf(&file, &cfg).unwrap();
         let tokens = [3u32, 17, 42, 0, 49, 8, 8, 21, 5, 1, 30];
         let vocab = cfg.vocab_size;
         for kv in [KvType::F16, KvType::Q8_0, KvType::F32] {
@@ -311,18 +325,17 @@ fn batches_equal_token_at_a_time() {
                     all_logits: true,
                     ..StateOptions::new(16)
                 };
-                let mut one = State::with_options(&cfg, &w, &opts).unwrap();
+                let mut one = model.new_state(&opts).unwrap();
                 let want: Vec<Vec<f32>> = tokens
                     .iter()
                     .enumerate()
-                    .map(|(pos, &t)| forward(&cfg, &w, &mut one, &pool, t, pos).to_vec())
+                    .map(|(pos, &t)| one.forward_seq(&pool, &[t], pos, Logits::Last).to_vec())
                     .collect();
                 for n_batch in [2, 3, 4] {
-                    let mut st = State::with_options(&cfg, &w, &opts).unwrap();
+                    let mut st = model.new_state(&opts).unwrap();
                     let mut pos = 0;
                     for chunk in tokens.chunks(n_batch) {
-                        let all = forward_batch(&cfg, &w, &mut st, &pool, chunk, pos, Logits::All)
-                            .to_vec();
+                        let all = st.forward_seq(&pool, chunk, pos, Logits::All).to_vec();
                         for (i, row) in all.chunks_exact(vocab).enumerate() {
                             assert_eq!(
                                 row,
@@ -333,9 +346,8 @@ fn batches_equal_token_at_a_time() {
                         }
                         pos += chunk.len();
                     }
-                    let mut st = State::with_options(&cfg, &w, &opts).unwrap();
-                    let last =
-                        forward_batch(&cfg, &w, &mut st, &pool, &tokens[..4], 0, Logits::Last);
+                    let mut st = model.new_state(&opts).unwrap();
+                    let last = st.forward_seq(&pool, &tokens[..4], 0, Logits::Last);
                     assert_eq!(last, &want[3][..], "{arch} {kv} last");
                 }
                 if kv == KvType::Q8_0 {
@@ -366,16 +378,16 @@ fn sequences_in_one_batch_equal_each_alone() {
     tiny.write(&path, None);
     let file = GgufFile::open(&path).unwrap();
     let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
-    let w = Weights::from_gguf(&file, &cfg).unwrap();
+    let model = Model::from_gguf(&file, &cfg).unwrap();
     let prompts: [&[u32]; 3] = [&[3, 17, 42, 9], &[5, 5, 1], &[49, 8, 21, 30, 2, 7]];
     let pool = ThreadPool::new(2);
     let alone: Vec<Vec<Vec<f32>>> = prompts
         .iter()
         .map(|p| {
-            let mut st = State::new(&cfg, &w, 16);
+            let mut st = model.new_state(&StateOptions::new(16)).unwrap();
             p.iter()
                 .enumerate()
-                .map(|(pos, &t)| forward(&cfg, &w, &mut st, &pool, t, pos).to_vec())
+                .map(|(pos, &t)| st.forward_seq(&pool, &[t], pos, Logits::Last).to_vec())
                 .collect()
         })
         .collect();
@@ -384,7 +396,7 @@ fn sequences_in_one_batch_equal_each_alone() {
         n_batch: 8,
         ..StateOptions::new(16)
     };
-    let mut st = State::with_options(&cfg, &w, &opts).unwrap();
+    let mut st = model.new_state(&opts).unwrap();
     // Step 1: sequence 0's first 3 tokens and sequence 1's first 2, logits
     // for the last of each.
     let step1 = [
@@ -419,7 +431,7 @@ fn sequences_in_one_batch_equal_each_alone() {
             logits: true,
         },
     ];
-    let out = forward_tokens(&cfg, &w, &mut st, &pool, &step1).to_vec();
+    let out = st.forward(&pool, &step1).to_vec();
     let v = cfg.vocab_size;
     assert_eq!(out.len(), 2 * v);
     assert_eq!(&out[..v], &alone[1][1][..]);
@@ -457,15 +469,12 @@ fn sequences_in_one_batch_equal_each_alone() {
             logits: true,
         },
     ];
-    let out = forward_tokens(&cfg, &w, &mut st, &pool, &step2).to_vec();
+    let out = st.forward(&pool, &step2).to_vec();
     assert_eq!(&out[..v], &alone[0][3][..]);
     assert_eq!(&out[v..2 * v], &alone[1][2][..]);
     assert_eq!(&out[2 * v..], &alone[2][2][..]);
     // A slot reused from a common prefix: sequence 1 rewinds to position 1.
-    let out = forward_tokens(
-        &cfg,
-        &w,
-        &mut st,
+    let out = st.forward(
         &pool,
         &[Token {
             id: 5,
@@ -485,15 +494,12 @@ fn q8_0_cache_needs_whole_blocks_per_head() {
     tiny.write(&path, None);
     let file = GgufFile::open(&path).unwrap();
     let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
-    let w = Weights::from_gguf(&file, &cfg).unwrap();
+    let model = Model::from_gguf(&file, &cfg).unwrap();
     let opts = StateOptions {
         kv_type: KvType::Q8_0,
         ..StateOptions::new(8)
     };
-    let e = State::with_options(&cfg, &w, &opts)
-        .err()
-        .unwrap()
-        .to_string();
+    let e = model.new_state(&opts).err().unwrap().to_string();
     assert!(e.contains("q8_0") && e.contains("16"), "{e}");
 }
 
@@ -505,7 +511,7 @@ fn missing_or_misshapen_tensors_are_named() {
     tiny.write(&path, Some("blk.1.attn_k.bias"));
     let file = GgufFile::open(&path).unwrap();
     let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
-    let e = Weights::from_gguf(&file, &cfg).err().unwrap().to_string();
+    let e = Model::from_gguf(&file, &cfg).err().unwrap().to_string();
     assert!(
         e.contains("blk.1.attn_k.bias") && e.contains("missing"),
         "{e}"
@@ -518,9 +524,141 @@ fn missing_or_misshapen_tensors_are_named() {
     let path = dir.path().join("ok.gguf");
     tiny.write(&path, None);
     let file = GgufFile::open(&path).unwrap();
-    let e = Weights::from_gguf(&file, &cfg).err().unwrap().to_string();
+    let e = Model::from_gguf(&file, &cfg).err().unwrap().to_string();
     assert!(
         e.contains("blk.0.ffn_gate.weight") && e.contains("[64, 128]"),
         "{e}"
+    );
+}
+
+/// Loaded tiny model of `arch`.
+struct TinyFile {
+    tiny: Tiny,
+    _dir: tempfile::TempDir,
+    file: GgufFile,
+}
+
+fn tiny_file(arch: &'static str, head_dim: usize, seed: u64) -> TinyFile {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = Tiny::new(arch, head_dim, seed);
+    let path = dir.path().join(format!("{arch}.gguf"));
+    tiny.write(&path, None);
+    TinyFile {
+        file: GgufFile::open(&path).unwrap(),
+        tiny,
+        _dir: dir,
+    }
+}
+
+/// A state captures the queries and keys of the chosen layers before RoPE
+/// (after qwen2's biases and qwen3's norms), for the last call's tokens in
+/// order: they match the reference's, and the keys are what the cache
+/// holds with RoPE undone.
+#[test]
+fn captures_pre_rope_keys_and_queries() {
+    for (arch, head_dim) in [("llama", 16), ("qwen2", 16), ("qwen3", 24)] {
+        let t = tiny_file(arch, head_dim, 13);
+        let cfg = ModelConfig::from_gguf(t.file.metadata()).unwrap();
+        let model = Model::from_gguf(&t.file, &cfg).unwrap();
+        let tokens = [3u32, 17, 42, 0, 49, 8, 8, 21];
+        let (_, want) = t.tiny.reference_qk(&tokens);
+        let opts = StateOptions {
+            kv_type: KvType::F32,
+            n_batch: 8,
+            ..StateOptions::new(16)
+        };
+        let mut st = model.new_state(&opts).unwrap();
+        st.capture(&[1, 0]).unwrap();
+        assert_eq!(st.captured_layers(), &[1, 0]);
+        let pool = ThreadPool::new(2);
+        st.forward_seq(&pool, &tokens[..5], 0, Logits::Last);
+        st.forward_seq(&pool, &tokens[5..], 5, Logits::Last);
+        let flat =
+            |rows: &[Vec<f64>]| -> Vec<f32> { rows.iter().flatten().map(|&v| v as f32).collect() };
+        for (i, layer) in [1, 0].into_iter().enumerate() {
+            let (k, q) = (st.captured_keys(i), st.captured_queries(i));
+            assert_eq!((k.len(), q.len()), (3 * cfg.kv_dim(), 3 * cfg.q_dim()));
+            let e = common::rel_err(k, &flat(&want[layer].1[5..]));
+            assert!(e < 1e-5, "{arch} layer {layer} keys vs reference: {e}");
+            let e = common::rel_err(q, &flat(&want[layer].0[5..]));
+            assert!(e < 1e-5, "{arch} layer {layer} queries vs reference: {e}");
+            let cached = common::unroped_keys(&cfg, common::cache(&st, 0), layer, 5..8);
+            let e = common::rel_err(k, &cached);
+            assert!(e < 1e-6, "{arch} layer {layer} keys vs the cache: {e}");
+        }
+        // An empty list stops capturing.
+        st.capture(&[]).unwrap();
+        st.forward_seq(&pool, &tokens[..1], 0, Logits::Last);
+        assert!(st.captured_layers().is_empty());
+    }
+}
+
+/// Stopping after a layer captures the same keys and queries as the full
+/// pass, returns no logits, and leaves later layers' caches unwritten.
+#[test]
+fn stopping_after_a_layer_captures_the_same_keys() {
+    let t = tiny_file("qwen3", 32, 17);
+    let cfg = ModelConfig::from_gguf(t.file.metadata()).unwrap();
+    let model = Model::from_gguf(&t.file, &cfg).unwrap();
+    let tokens = [3u32, 17, 42, 0, 49, 8, 8, 21, 5, 1, 30];
+    let pool = ThreadPool::new(2);
+    let opts = StateOptions {
+        n_batch: 4,
+        ..StateOptions::new(16)
+    };
+    let run = |last: Option<usize>| {
+        let mut st = model.new_state(&opts).unwrap();
+        st.capture(&[0, 1]).unwrap();
+        st.set_last_layer(last).unwrap();
+        let mut keys = vec![Vec::new(); 2];
+        let mut queries = vec![Vec::new(); 2];
+        for (c, chunk) in tokens.chunks(4).enumerate() {
+            let logits = st.forward_seq(&pool, chunk, 4 * c, Logits::Last);
+            assert_eq!(logits.is_empty(), last.is_some());
+            for i in 0..2 {
+                keys[i].extend(common::bits(st.captured_keys(i)));
+                queries[i].extend(common::bits(st.captured_queries(i)));
+            }
+        }
+        let mut cached = vec![0.0; cfg.head_dim];
+        let mut layer_bits = |layer: usize| -> Vec<u32> {
+            let mut all = Vec::new();
+            for p in 0..tokens.len() {
+                for h in 0..cfg.n_kv_heads {
+                    common::cache(&st, 0).layer(layer).key(p, h, &mut cached);
+                    all.extend(common::bits(&cached));
+                }
+            }
+            all
+        };
+        let caches = [layer_bits(0), layer_bits(1)];
+        (keys, queries, caches)
+    };
+    let (keys, queries, caches) = run(None);
+    let (early_keys, early_queries, early_caches) = run(Some(0));
+    assert_eq!(early_keys[0], keys[0]);
+    assert_eq!(early_queries[0], queries[0]);
+    assert!(early_keys[1].is_empty() && early_queries[1].is_empty());
+    assert_eq!(early_caches[0], caches[0]);
+    assert!(early_caches[1].iter().all(|&b| b == 0), "layer 1 written");
+    assert!(caches[1].iter().any(|&b| b != 0));
+
+    let mut st = model.new_state(&opts).unwrap();
+    let e = st.set_last_layer(Some(2)).unwrap_err().to_string();
+    assert!(e.contains("layer 2") && e.contains("2 layers"), "{e}");
+    let e = st.capture(&[0, 2]).unwrap_err().to_string();
+    assert!(e.contains("layer 2"), "{e}");
+    let e = st.capture(&[1, 1]).unwrap_err().to_string();
+    assert!(e.contains("layer 1") && e.contains("twice"), "{e}");
+    // Back to full calls: logits again.
+    st.set_last_layer(Some(1)).unwrap();
+    assert!(st
+        .forward_seq(&pool, &tokens[..2], 0, Logits::Last)
+        .is_empty());
+    st.set_last_layer(None).unwrap();
+    let v = cfg.vocab_size;
+    assert_eq!(
+        st.forward_seq(&pool, &tokens[..2], 0, Logits::Last).len(),
+        v
     );
 }

@@ -3,7 +3,7 @@
 //! --example batch_cost -- MODEL.gguf [THREADS [SLOTS,...
 //! [no-mmap]]]`
 use kernels::pool::ThreadPool;
-use model::{forward_tokens, ModelConfig, State, StateOptions, Token, Weights};
+use model::{Model, ModelConfig, StateOptions, Token};
 use std::time::Instant;
 
 fn main() {
@@ -21,7 +21,7 @@ fn main() {
     };
     let file = gguf::GgufFile::open_with(&path, opts).expect("open");
     let cfg = ModelConfig::from_gguf(file.metadata()).expect("config");
-    let w = Weights::from_gguf(&file, &cfg).expect("weights");
+    let model = Model::from_gguf(&file, &cfg).expect("weights");
     let pool = ThreadPool::new(threads);
     let pos = 100;
     for n in slots {
@@ -30,7 +30,7 @@ fn main() {
             n_batch: 128,
             ..StateOptions::new(256)
         };
-        let mut s = State::with_options(&cfg, &w, &opts).expect("state");
+        let mut s = model.new_state(&opts).expect("state");
         // Fill each slot's cache up to `pos`.
         for seq in 0..n {
             let toks: Vec<Token> = (0..pos)
@@ -42,7 +42,7 @@ fn main() {
                 })
                 .collect();
             for chunk in toks.chunks(100) {
-                forward_tokens(&cfg, &w, &mut s, &pool, chunk);
+                s.forward(&pool, chunk);
             }
         }
         let batch: Vec<Token> = (0..n)
@@ -59,7 +59,7 @@ fn main() {
             .map(|_| {
                 let (t0, mut reps) = (Instant::now(), 0u32);
                 while reps < 20 || t0.elapsed().as_secs_f64() < 0.2 {
-                    forward_tokens(&cfg, &w, &mut s, &pool, &batch);
+                    s.forward(&pool, &batch);
                     reps += 1;
                 }
                 t0.elapsed().as_secs_f64() * 1000.0 / f64::from(reps)

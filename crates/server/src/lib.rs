@@ -2,7 +2,7 @@
 //!
 //! Two sides joined by channels. The engine thread runs the session
 //! engine's [`engine::Scheduler`] (the same loop `cachefit run` and `chat`
-//! use) over the weights, one [`model::State`] with a KV cache per slot,
+//! use) over one [`model::State`] (borrowing the model) with a KV cache per slot,
 //! and the kernel thread pool; each step it runs one batched forward pass
 //! over every busy slot (continuous batching: requests join and leave
 //! between steps). The HTTP side ([`http`], axum on a single-threaded
@@ -48,7 +48,7 @@ use chat::ChatTemplate;
 use engine::{GenParams, ModelBackend, Msg, Scheduler, Stats};
 use gguf::GgufFile;
 use kernels::pool::ThreadPool;
-use model::{ModelConfig, State, StateOptions, Weights};
+use model::{Model, ModelConfig, StateOptions};
 use tokenize::Vocab;
 
 pub use error::{ApiError, Error};
@@ -107,8 +107,8 @@ pub fn serve(
     }
     let vocab = Arc::new(vocab);
     let template = chat_template(file, &vocab);
-    let weights = Weights::from_gguf(file, cfg)?;
-    let state = State::with_options(cfg, &weights, opts)?;
+    let model = Model::from_gguf(file, cfg)?;
+    let state = model.new_state(opts)?;
     let addr = format!("{}:{}", config.host, config.port);
     let listener = TcpListener::bind(&addr).map_err(|source| Error::Bind {
         addr: addr.clone(),
@@ -170,8 +170,7 @@ pub fn serve(
             .spawn_scoped(scope, move || {
                 let pool = ThreadPool::new(threads);
                 let batch_pool = (threads_batch != threads).then(|| ThreadPool::new(threads_batch));
-                let backend =
-                    ModelBackend::new(cfg, weights, state, pool, batch_pool, &engine_vocab);
+                let backend = ModelBackend::new(cfg, state, pool, batch_pool, &engine_vocab);
                 Scheduler::new(backend)
                     .with_stats(stats)
                     .with_stream_interval(stream_interval)

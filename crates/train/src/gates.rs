@@ -19,7 +19,7 @@ use crate::net::{self, Acts, Layout, NetConfig};
 use crate::trainer::read_tokens;
 use crate::{files, paths};
 use kernels::pool::ThreadPool;
-use model::{forward, forward_batch, Logits, ModelConfig, State, StateOptions, Weights};
+use model::{Logits, Model, ModelConfig, State, StateOptions};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -83,12 +83,11 @@ impl GateReport {
 
 /// The runtime side: the model file opened as `cachefit run` opens it.
 struct Runtime<'f> {
-    cfg: ModelConfig,
-    weights: Weights<'f>,
+    model: Model<'f>,
 }
 
 impl<'f> Runtime<'f> {
-    fn state(&self, n_ctx: usize, all_logits: bool) -> Result<State> {
+    fn state(&self, n_ctx: usize, all_logits: bool) -> Result<State<'_>> {
         let o = StateOptions {
             all_logits,
             // Prompts go in one batch; all-logits windows in chunks.
@@ -97,49 +96,34 @@ impl<'f> Runtime<'f> {
             kv_type: model::KvType::F16,
             ..StateOptions::new(n_ctx)
         };
-        State::with_options(&self.cfg, &self.weights, &o).map_err(|e| Error::Train(e.to_string()))
+        self.model
+            .new_state(&o)
+            .map_err(|e| Error::Train(e.to_string()))
     }
 
     /// Logits for every position of `tokens` (rows of vocab).
-    fn all_logits(&self, st: &mut State, pool: &ThreadPool, tokens: &[u32], out: &mut Vec<f32>) {
+    fn all_logits(
+        &self,
+        st: &mut State<'_>,
+        pool: &ThreadPool,
+        tokens: &[u32],
+        out: &mut Vec<f32>,
+    ) {
         out.clear();
         let nb = st.n_batch();
         for (i, chunk) in tokens.chunks(nb).enumerate() {
-            let l = forward_batch(
-                &self.cfg,
-                &self.weights,
-                st,
-                pool,
-                chunk,
-                i * nb,
-                Logits::All,
-            );
+            let l = st.forward_seq(pool, chunk, i * nb, Logits::All);
             out.extend_from_slice(l);
         }
     }
 
     /// Greedy continuation of `prompt`, `n` tokens.
-    fn greedy(&self, st: &mut State, pool: &ThreadPool, prompt: &[u32], n: usize) -> Vec<u32> {
+    fn greedy(&self, st: &mut State<'_>, pool: &ThreadPool, prompt: &[u32], n: usize) -> Vec<u32> {
         let mut out = Vec::with_capacity(n);
-        let mut last = argmax(forward_batch(
-            &self.cfg,
-            &self.weights,
-            st,
-            pool,
-            prompt,
-            0,
-            Logits::Last,
-        ));
+        let mut last = argmax(st.forward_seq(pool, prompt, 0, Logits::Last));
         out.push(last);
         for i in 1..n {
-            last = argmax(forward(
-                &self.cfg,
-                &self.weights,
-                st,
-                pool,
-                last,
-                prompt.len() + i - 1,
-            ));
+            last = argmax(st.forward_seq(pool, &[last], prompt.len() + i - 1, Logits::Last));
             out.push(last);
         }
         out
@@ -164,11 +148,11 @@ pub fn run(model_path: &Path, dir: &Path, s: &GateSettings, progress: bool) -> R
         path: model_path.to_path_buf(),
         problem: e.to_string(),
     })?;
-    let weights = Weights::from_gguf(&file, &cfg).map_err(|e| Error::Invalid {
+    let model = Model::from_gguf(&file, &cfg).map_err(|e| Error::Invalid {
         path: model_path.to_path_buf(),
         problem: e.to_string(),
     })?;
-    let rt = Runtime { cfg, weights };
+    let rt = Runtime { model };
     check_vocabulary(&file, dir, model_path)?;
     let val = read_tokens(dir, paths::VAL_BIN, net.vocab)?;
     let window = if s.window == 0 { net.context } else { s.window };
@@ -370,11 +354,11 @@ pub fn task_accuracy(
         problem: e,
     };
     let cfg = ModelConfig::from_gguf(file.metadata()).map_err(|e| invalid(e.to_string()))?;
-    let weights = Weights::from_gguf(&file, &cfg).map_err(|e| invalid(e.to_string()))?;
+    let model = Model::from_gguf(&file, &cfg).map_err(|e| invalid(e.to_string()))?;
     let vocab = tokenize::Vocab::from_gguf(file.metadata()).map_err(|e| invalid(e.to_string()))?;
-    let rt = Runtime { cfg, weights };
+    let rt = Runtime { model };
     let pool = ThreadPool::new(threads.max(1));
-    let mut st = rt.state(rt.cfg.context_length, false)?;
+    let mut st = rt.state(rt.model.config().context_length, false)?;
     let mut r = TaskReport::default();
     for passage in text
         .split("\n\n")
@@ -392,21 +376,13 @@ pub fn task_accuracy(
                 continue;
             }
             let mut out = Vec::new();
-            let mut tok = argmax(forward_batch(
-                &rt.cfg,
-                &rt.weights,
-                &mut st,
-                &pool,
-                &prompt,
-                0,
-                Logits::Last,
-            ));
+            let mut tok = argmax(st.forward_seq(&pool, &prompt, 0, Logits::Last));
             for pos in prompt.len()..prompt.len() + 24 {
                 if vocab.is_eog(tok) || vocab.token_to_piece(tok, false).contains(&b'\n') {
                     break;
                 }
                 out.push(tok);
-                tok = argmax(forward(&rt.cfg, &rt.weights, &mut st, &pool, tok, pos));
+                tok = argmax(st.forward_seq(&pool, &[tok], pos, Logits::Last));
             }
             let got = vocab.decode(&out);
             let ok = got.trim() == answer.trim();

@@ -20,6 +20,9 @@
 //! bytes. Random choices come from [`rng`], whose stream is fixed by this
 //! crate's code alone, not by a dependency's version.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod bpe;
 pub mod checkpoint;
 pub mod clean;

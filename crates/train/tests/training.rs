@@ -164,18 +164,18 @@ fn trains_resumes_exports_and_the_runtime_agrees() {
     // The runtime reads the int8 file and agrees with the trainer.
     let file = gguf::GgufFile::open(&int8).unwrap();
     let cfg = model::ModelConfig::from_gguf(file.metadata()).unwrap();
-    let w = model::Weights::from_gguf(&file, &cfg).unwrap();
+    let model = model::Model::from_gguf(&file, &cfg).unwrap();
     let opts = model::StateOptions {
         all_logits: true,
         n_batch: 64,
         ..model::StateOptions::new(64)
     };
-    let mut st = model::State::with_options(&cfg, &w, &opts).unwrap();
+    let mut st = model.new_state(&opts).unwrap();
     let val = trainer::read_tokens(&a, paths::VAL_BIN, net.vocab).unwrap();
     let window = &val[..64];
     let ids: Vec<u32> = window.iter().map(|&t| t as u32).collect();
     let pool = kernels::pool::ThreadPool::new(1);
-    let rt = model::forward_batch(&cfg, &w, &mut st, &pool, &ids, 0, model::Logits::All).to_vec();
+    let rt = st.forward_seq(&pool, &ids, 0, model::Logits::All).to_vec();
     let mut acts = Acts::new(&net, 64);
     net::forward(&net, &l, &p8, window, &mut acts);
     let reference = &acts.logits[..64 * net.vocab];

@@ -31,7 +31,7 @@ use evict::{EvictMode, Evictor};
 use gguf::{GgmlType, GgufFile, OpenOptions};
 use kernels::pool::ThreadPool;
 use machine::Machine;
-use model::{KvType, MemoryEstimate, ModelConfig, State, StateOptions, Weights, DEFAULT_BATCH};
+use model::{KvType, MemoryEstimate, Model, ModelConfig, StateOptions, DEFAULT_BATCH};
 use report::{Format, ModelInfo, Printer, Row};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -271,15 +271,15 @@ fn bench_model(
     let shown = source.shown();
     let cfg = ModelConfig::from_gguf(file.metadata())
         .with_context(|| format!("{shown}: reading the model config"))?;
-    let weights = Weights::from_gguf(&file, &cfg).with_context(|| shown.clone())?;
-    let info = model_info(source, &file, &cfg, &weights);
+    let model = Model::from_gguf(&file, &cfg).with_context(|| shown.clone())?;
+    let info = model_info(source, &file, &cfg, &model);
     eprintln!(
         "cachefit bench: {shown} ({}, {} layers, {} params, {} read per token), kernels {}",
         info.model_type,
         cfg.n_layers,
         info.n_params,
         super::inspect::human_bytes(info.bytes_per_token),
-        kernels::isa::selected().name()
+        kernels::selected().isa().name()
     );
 
     for &n_threads in &plan.threads {
@@ -317,13 +317,12 @@ fn bench_model(
                     need.check(avail)
                         .with_context(|| format!("{shown}: test {}", test.name()))?;
                 }
-                let mut state = State::with_options(&cfg, &weights, &o)
+                let mut state = model
+                    .new_state(&o)
                     .with_context(|| format!("{shown}: test {}", test.name()))?;
                 let level = levels.for_working_set(need.total(), n_threads);
                 let tokens = Tokens::random(&test, cfg.vocab_size, args.seed);
                 let run = timing::Bench {
-                    cfg: &cfg,
-                    weights: &weights,
                     pool: &pool,
                     n_batch: plan.n_batch,
                     reps: args.repetitions,
@@ -386,7 +385,7 @@ fn model_info(
     source: &ModelSource,
     file: &GgufFile,
     cfg: &ModelConfig,
-    weights: &Weights<'_>,
+    model: &Model<'_>,
 ) -> ModelInfo {
     let size: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
     let n_params: u64 = file.tensors().iter().map(|t| t.n_elements()).sum();
@@ -410,7 +409,7 @@ fn model_info(
         model_type: format!("{} {params} {}", cfg.arch.name(), main_type),
         size,
         n_params,
-        bytes_per_token: weights.bytes_per_token() as u64,
+        bytes_per_token: model.bytes_per_token() as u64,
     }
 }
 

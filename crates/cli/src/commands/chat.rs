@@ -107,7 +107,8 @@ pub fn run(args: Args) -> Result<()> {
         token_text(vocab.eos()),
     )
     .with_context(|| format!("{path}: reading the chat template"))?;
-    let local = Local::new(&opened, &args.model, &opts, pools)?;
+    let model = super::generate::bind(&opened, &args.model)?;
+    let local = Local::new(&opened, &model, &opts, pools)?;
     eprintln!(
         "cachefit: {} ({}, {} layers), ctx {n_ctx}, {} KV cache, batch {}, {}, kernels {}",
         path,
@@ -116,7 +117,7 @@ pub fn run(args: Args) -> Result<()> {
         opts.kv_type,
         opts.n_batch,
         pools_line,
-        kernels::isa::selected().name()
+        kernels::selected().isa().name()
     );
     if template.is_fallback() {
         eprintln!("cachefit: {}", chat::FALLBACK_NOTICE);

@@ -6,7 +6,7 @@
 use super::common::{ModelArgs, Opened, Pools};
 use anyhow::{bail, Context, Result};
 use engine::{Finish, GenParams, JobError, ModelBackend, SamplerConfig, Scheduler, Sink};
-use model::{State, StateOptions, Weights};
+use model::{Model, StateOptions};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -121,6 +121,11 @@ impl GenArgs {
     }
 }
 
+/// Bind the model's weights (named as `args` says in errors).
+pub fn bind<'a>(opened: &'a Opened, args: &ModelArgs) -> Result<Model<'a>> {
+    Model::from_gguf(&opened.file, &opened.cfg).with_context(|| args.shown())
+}
+
 /// The model's scheduler on this thread: one slot, kept between jobs (so
 /// `chat` reuses the cached prefix of each next prompt).
 pub struct Local<'a> {
@@ -129,20 +134,16 @@ pub struct Local<'a> {
 }
 
 impl<'a> Local<'a> {
-    /// Bind the weights and allocate one slot's state of `opts`, on
-    /// `pools`.
+    /// Allocate one slot's state of `opts` for `model`, on `pools`.
     pub fn new(
         opened: &'a Opened,
-        args: &ModelArgs,
+        model: &'a Model<'a>,
         opts: &StateOptions,
         pools: Pools,
     ) -> Result<Local<'a>> {
-        let path = args.shown();
-        let weights =
-            Weights::from_gguf(&opened.file, &opened.cfg).with_context(|| path.clone())?;
-        let state = State::with_options(&opened.cfg, &weights, opts)?;
+        let state = model.new_state(opts)?;
         let (decode, batch) = pools.into_parts();
-        let backend = ModelBackend::new(&opened.cfg, weights, state, decode, batch, &opened.vocab);
+        let backend = ModelBackend::new(&opened.cfg, state, decode, batch, &opened.vocab);
         Ok(Local {
             scheduler: Scheduler::new(backend).with_stream_interval(Duration::ZERO),
             next_id: 0,

@@ -14,9 +14,10 @@
 use super::inspect::human_bytes;
 use super::levels;
 use super::stream::PROBE_TIME;
+use crate::kernel_env;
 use anyhow::{Context, Result};
 use kernels::bandwidth::{measure_read, Bandwidth};
-use kernels::isa::{self, Isa};
+use kernels::isa::Isa;
 use kernels::pool::ThreadPool;
 use machine::{format_cpulist, Cache, Machine};
 use model::{MemoryEstimate, ModelConfig};
@@ -238,11 +239,14 @@ fn features() -> Vec<(&'static str, bool)> {
 }
 
 fn kernels_json() -> Value {
+    let choice = kernel_env::choice();
     json!({
-        "selected": isa::selected().name(),
+        "selected": kernels::selected().isa().name(),
         "best_supported": Isa::detect().name(),
         "supported": Isa::supported().iter().map(|i| i.name()).collect::<Vec<_>>(),
-        "forced_by_env": std::env::var(isa::ENV_VAR).ok(),
+        "forced": choice.forced(),
+        "forced_by_env": choice.requested,
+        "tiles": kernels::config().tiles,
     })
 }
 
@@ -305,12 +309,19 @@ fn print_machine(
         }
     };
     outln!("features:  {} (missing: {})", list(true), list(false));
-    let selected = isa::selected();
-    let why = match std::env::var(isa::ENV_VAR) {
-        Ok(v) => format!("{}={v}", isa::ENV_VAR),
-        Err(_) => "the best this CPU supports".to_string(),
+    let selected = kernels::selected().isa();
+    let choice = kernel_env::choice();
+    let why = match (&choice.requested, &choice.refused) {
+        (Some(v), None) if choice.forced() => format!("forced by {}={v}", kernel_env::KERNELS_VAR),
+        (_, Some(refused)) => format!("the best this CPU supports; {refused}"),
+        _ => "the best this CPU supports".to_string(),
     };
-    outln!("kernels:   {} ({why})", selected.name());
+    let tiles = if kernels::config().tiles {
+        ""
+    } else {
+        ", row tiles off"
+    };
+    outln!("kernels:   {} ({why}){tiles}", selected.name());
     let cores = &machine.cores;
     outln!(
         "cpus:      {} allowed ({}), {} physical core{}, cgroup quota {}",

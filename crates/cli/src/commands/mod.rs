@@ -6,6 +6,7 @@ pub mod generate;
 pub mod info;
 pub mod inspect;
 pub mod levels;
+pub mod memory;
 pub mod perplexity;
 pub mod quantize;
 pub mod run;

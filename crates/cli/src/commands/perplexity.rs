@@ -16,7 +16,7 @@
 use super::common::{self, ContextArgs, ModelArgs};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use model::{forward_batch, Logits, State, Weights};
+use model::{Logits, Model};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -118,15 +118,15 @@ pub fn run(args: Args) -> Result<()> {
         bail!("-c {n_ctx} is too small to score anything (at least 4)");
     }
     let path = args.model.shown();
-    let weights = Weights::from_gguf(&opened.file, cfg).with_context(|| path.clone())?;
-    let mut state = State::with_options(cfg, &weights, &opts)?;
+    let model = Model::from_gguf(&opened.file, cfg).with_context(|| path.clone())?;
+    let mut state = model.new_state(&opts)?;
     eprintln!(
         "cachefit: {path} ({}), ctx {n_ctx}, {} KV cache, batch {}, {}, kernels {}",
         cfg.arch.name(),
         opts.kv_type,
         opts.n_batch,
         pools.describe(),
-        kernels::isa::selected().name()
+        kernels::selected().isa().name()
     );
 
     let t_tok = Instant::now();
@@ -175,15 +175,7 @@ pub fn run(args: Args) -> Result<()> {
         // A fresh cache: positions restart at 0, later ones overwrite.
         for (b, batch) in chunk.chunks(opts.n_batch).enumerate() {
             let pos0 = b * opts.n_batch;
-            let logits = forward_batch(
-                cfg,
-                &weights,
-                &mut state,
-                pools.batch(),
-                batch,
-                pos0,
-                Logits::All,
-            );
+            let logits = state.forward_seq(pools.batch(), batch, pos0, Logits::All);
             for (i, row) in logits.chunks_exact(vocab_size).enumerate() {
                 let pos = pos0 + i;
                 if pos >= first && pos + 1 < n_ctx {

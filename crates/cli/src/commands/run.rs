@@ -69,7 +69,8 @@ pub fn run(args: Args) -> Result<()> {
     let path = args.model.shown();
     let opts = common::state_options(&opened, &args.ctx, false)?;
     let n_ctx = opts.n_ctx;
-    let mut local = Local::new(&opened, &args.model, &opts, pools)?;
+    let model = super::generate::bind(&opened, &args.model)?;
+    let mut local = Local::new(&opened, &model, &opts, pools)?;
     let load_ms = ms(t_start);
     eprintln!(
         "cachefit: {} ({}, {} layers), ctx {n_ctx}, {} KV cache, batch {}, {}, kernels {}",
@@ -79,7 +80,7 @@ pub fn run(args: Args) -> Result<()> {
         opts.kv_type,
         opts.n_batch,
         pools_line,
-        kernels::isa::selected().name()
+        kernels::selected().isa().name()
     );
 
     let tokens = engine::prompt::completion_tokens(vocab, &prompt);

@@ -143,7 +143,7 @@ pub fn run(args: Args) -> Result<()> {
         opened.cfg.n_layers,
         opts.kv_type,
         common::describe_threads(choice.n, &choice.reason, threads_batch),
-        kernels::isa::selected().name()
+        kernels::selected().isa().name()
     );
     let config = server::Config {
         host: args.host,

@@ -75,7 +75,7 @@ pub fn run(args: Args) -> Result<()> {
             "size_bytes": size,
             "threads": threads.n,
             "threads_reason": threads.reason,
-            "kernels": kernels::isa::selected().name(),
+            "kernels": kernels::selected().isa().name(),
             "read": probe(&read),
             "copy": probe(&copy),
         });

@@ -4,9 +4,15 @@
 //! range limits.
 
 use super::*;
+use crate::isa::Isa;
 use crate::quant::testing::{extreme_rows, rng, weights};
 use rand::rngs::StdRng;
 use rand::Rng;
+
+/// The int8 kernels of `isa`, a set this CPU supports.
+fn kernels(isa: Isa) -> Int8Kernels {
+    crate::table(isa).unwrap().int8
+}
 
 const COLS: [usize; 17] = [
     1, 2, 7, 16, 31, 32, 33, 63, 64, 65, 96, 127, 144, 145, 396, 1000, 1031,
@@ -33,11 +39,11 @@ fn quantizer_known_values() {
     let x = [127.0, -63.5, 2.5, -2.5, 0.49, -0.5, 0.0, 126.5];
     for isa in Isa::supported() {
         let mut q = [0i8; 8];
-        let s = quantize_activation_isa(isa, &x, &mut q);
+        let s = (kernels(isa).quantize)(&x, &mut q);
         assert_eq!(s, 1.0, "{isa:?}");
         assert_eq!(q, [127, -64, 3, -3, 0, -1, 0, 127], "{isa:?}");
         let mut q = [5i8; 8];
-        assert_eq!(quantize_activation_isa(isa, &[0.0; 8], &mut q), 0.0);
+        assert_eq!((kernels(isa).quantize)(&[0.0; 8], &mut q), 0.0);
         assert_eq!(q, [0; 8], "{isa:?}: all zeros");
     }
 }
@@ -66,7 +72,7 @@ fn quantizers_match_reference_bit_for_bit() {
         }
         for isa in Isa::supported() {
             let mut q = vec![9i8; x.len()];
-            let s = quantize_activation_isa(isa, x, &mut q);
+            let s = (kernels(isa).quantize)(x, &mut q);
             assert_eq!(
                 (s.to_bits(), &q),
                 (ws.to_bits(), &want),
@@ -109,7 +115,7 @@ fn kernels_match_scalar_twin_bit_for_bit() {
         for (ri, &rows) in ROWS.iter().enumerate() {
             let case = Case::random(rows, cols, (ci * 100 + ri) as u64);
             let m = case.matrix();
-            xv.quantize_isa(Isa::Scalar, &case.x);
+            xv.quantize_with(kernels(Isa::Scalar).quantize, &case.x);
             let mut want = vec![f32::NAN; rows];
             matvec_rows_ref(&m, &xv, 0, &mut want);
             // The scalar twin against an f64 sum of the dequantized values:
@@ -132,7 +138,7 @@ fn kernels_match_scalar_twin_bit_for_bit() {
             packed.pack();
             rowwise.unpack();
             for isa in Isa::supported() {
-                let kernel = rows_kernel(isa);
+                let kernel = kernels(isa).rows;
                 for m in [&packed, &rowwise] {
                     let what = format!("{isa:?} {rows}x{cols} packed={}", m.is_packed());
                     let mut y = vec![f32::NAN; rows];
@@ -188,7 +194,7 @@ fn extreme_sums_are_exact() {
                 }
                 for isa in Isa::supported() {
                     let mut y = [0.0f32; 3];
-                    rows_kernel(isa)(&m, &xv, 0, &mut y);
+                    (kernels(isa).rows)(&m, &xv, 0, &mut y);
                     assert_eq!(y, want, "{isa:?} cols={cols} packed={pack}");
                 }
             }
@@ -204,12 +210,12 @@ fn zero_activation_and_zero_rows() {
     let m = I8Matrix::new(5, 145, &case.w, &s).unwrap();
     let mut xv = I8Vector::new();
     for isa in Isa::supported() {
-        xv.quantize_isa(isa, &[0.0; 145]);
+        xv.quantize_with(kernels(isa).quantize, &[0.0; 145]);
         let mut y = [f32::NAN; 5];
-        rows_kernel(isa)(&m, &xv, 0, &mut y);
+        (kernels(isa).rows)(&m, &xv, 0, &mut y);
         assert_eq!(y, [0.0; 5], "{isa:?}");
-        xv.quantize_isa(isa, &case.x);
-        rows_kernel(isa)(&m, &xv, 0, &mut y);
+        xv.quantize_with(kernels(isa).quantize, &case.x);
+        (kernels(isa).rows)(&m, &xv, 0, &mut y);
         assert_eq!(y[2], 0.0, "{isa:?}: zero scale");
     }
 }
@@ -222,12 +228,12 @@ fn vector_is_reused_and_padding_reset() {
     let cap = xv.capacity();
     for isa in Isa::supported() {
         for c in [&long, &short, &long, &short] {
-            xv.quantize_isa(isa, &c.x);
+            xv.quantize_with(kernels(isa).quantize, &c.x);
             let m = c.matrix();
             let (mut y, mut want) = (vec![0.0; 7], vec![0.0; 7]);
-            rows_kernel(isa)(&m, &xv, 0, &mut y);
+            (kernels(isa).rows)(&m, &xv, 0, &mut y);
             let mut fresh = I8Vector::new();
-            fresh.quantize_isa(Isa::Scalar, &c.x);
+            fresh.quantize_with(kernels(Isa::Scalar).quantize, &c.x);
             matvec_rows_ref(&m, &fresh, 0, &mut want);
             assert_eq!(bits(&y), bits(&want), "{isa:?} cols {}", c.cols);
         }
@@ -249,7 +255,7 @@ fn matvec_splits_rows_over_threads_identically() {
         let pool = ThreadPool::new(t);
         for isa in Isa::supported() {
             let mut y = vec![f32::NAN; case.rows];
-            matvec_with(&pool, rows_kernel(isa), &m, &xv, &mut y);
+            matvec_with(&pool, kernels(isa).rows, &m, &xv, &mut y);
             assert_eq!(bits(&y), bits(&want), "{isa:?} threads={t}");
         }
         let mut y = vec![f32::NAN; case.rows];
@@ -305,7 +311,7 @@ fn constructor_checks() {
         }
         for isa in Isa::supported() {
             let mut y = [f32::NAN; 2];
-            rows_kernel(isa)(&m, &xv, 0, &mut y);
+            (kernels(isa).rows)(&m, &xv, 0, &mut y);
             assert_eq!(y, [0.0; 2]);
         }
     }
@@ -339,7 +345,7 @@ fn activations(cols: usize, k: usize, seed: u64) -> Vec<I8Vector> {
                 2 => vec![0.0; cols], // an all-zero activation among others
                 _ => weights(&mut r, cols),
             };
-            v.quantize_isa(Isa::Scalar, &x);
+            v.quantize_with(kernels(Isa::Scalar).quantize, &x);
             v
         })
         .collect()
@@ -369,7 +375,7 @@ fn multi_kernels_equal_single_activation_runs_bit_for_bit() {
                 packed.pack();
                 rowwise.unpack();
                 for isa in Isa::supported() {
-                    let kernel = rows_multi_kernel(isa);
+                    let kernel = kernels(isa).rows_multi;
                     for m in [&packed, &rowwise] {
                         let what = format!("{isa:?} {rows}x{cols} k={k} packed={}", m.is_packed());
                         let mut ys = vec![f32::NAN; rows * k];
@@ -407,7 +413,7 @@ fn matvec_multi_splits_rows_over_threads_identically() {
             let pool = ThreadPool::new(t);
             for isa in Isa::supported() {
                 let mut ys = vec![f32::NAN; want.len()];
-                matvec_multi_with(&pool, rows_multi_kernel(isa), &m, &xs, &mut ys);
+                matvec_multi_with(&pool, kernels(isa).rows_multi, &m, &xs, &mut ys);
                 assert_eq!(bits(&ys), bits(&want), "{isa:?} threads={t} k={k}");
             }
             let mut ys = vec![f32::NAN; want.len()];

@@ -434,7 +434,7 @@ unsafe fn dot_blocks<const NB: usize>(
     groups: usize,
 ) -> [__m512i; NB] {
     let (mut even, mut odd) = ([_mm512_setzero_si512(); NB], [_mm512_setzero_si512(); NB]);
-    // SAFETY (all loads): 4 bytes at 4g < groups·4; 64 bytes at g·64 of
+    // SAFETY: (all loads) 4 bytes at 4g < groups·4; 64 bytes at g·64 of
     // each block, g < groups.
     let step = |acc: &mut [__m512i; NB], g: usize| unsafe {
         let xb = _mm512_set1_epi32(xq.as_ptr().add(4 * g).cast::<i32>().read_unaligned());

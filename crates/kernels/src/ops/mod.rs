@@ -13,8 +13,9 @@ mod rope;
 mod rows;
 
 pub use rope::{rope, rope_freqs, RopeLayout, RopeParams};
+pub(crate) use rows::ROW_KERNELS;
 pub use rows::{
-    axpy_rows, axpy_rows_kernel, axpy_rows_ref, dot_rows, dot_rows_kernel, dot_rows_ref,
+    axpy_rows, axpy_rows_ref, dot_rows, dot_rows_ref, AxpyRowsFn, DotRowsFn, RowKernels,
 };
 
 /// `out[i] = x[i] / sqrt(mean(x²) + eps) * weight[i]` (ggml `rms_norm`

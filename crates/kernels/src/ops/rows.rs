@@ -11,10 +11,34 @@
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use crate::isa::Isa;
+use crate::isa::PerIsa;
 
-type DotRowsFn = fn(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]);
-type AxpyRowsFn = fn(acc: &mut [f32], w: &[f32], rows: &[f32], stride: usize);
+pub type DotRowsFn = fn(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]);
+pub type AxpyRowsFn = fn(acc: &mut [f32], w: &[f32], rows: &[f32], stride: usize);
+
+/// The two row kernels of one instruction set.
+#[derive(Clone, Copy)]
+pub struct RowKernels {
+    /// [`dot_rows`].
+    pub dot_rows: DotRowsFn,
+    /// [`axpy_rows`].
+    pub axpy_rows: AxpyRowsFn,
+}
+
+/// The kernels of every set: AVX2 for both x86 sets (its eight lanes are
+/// the reference's eight accumulators), scalar elsewhere.
+pub(crate) const ROW_KERNELS: PerIsa<RowKernels> = {
+    let k = PerIsa::new(RowKernels {
+        dot_rows: dot_rows_ref,
+        axpy_rows: axpy_rows_ref,
+    });
+    #[cfg(target_arch = "x86_64")]
+    let k = k.avx2(RowKernels {
+        dot_rows: dot_rows_avx2,
+        axpy_rows: axpy_rows_avx2,
+    });
+    k
+};
 
 /// Row `p` of `rows` (`len` values from `p·stride`) exists for every `p <
 /// n`: what the kernels rely on.
@@ -40,16 +64,14 @@ fn check_rows(rows: &[f32], stride: usize, len: usize, n: usize, what: &str) {
 /// out.len()`, each bit-identical to [`super::dot`].
 pub fn dot_rows(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
     check_rows(rows, stride, q.len(), out.len(), "dot_rows");
-    static K: std::sync::OnceLock<DotRowsFn> = std::sync::OnceLock::new();
-    K.get_or_init(|| dot_rows_kernel(crate::isa::selected()))(q, rows, stride, out)
+    (crate::selected().rows.dot_rows)(q, rows, stride, out)
 }
 
 /// `acc[i] += w[p]·rows[p·stride + i]` for `p = 0, 1, …, w.len() - 1` in
 /// turn, bit-identical to [`super::axpy`] per row.
 pub fn axpy_rows(acc: &mut [f32], w: &[f32], rows: &[f32], stride: usize) {
     check_rows(rows, stride, acc.len(), w.len(), "axpy_rows");
-    static K: std::sync::OnceLock<AxpyRowsFn> = std::sync::OnceLock::new();
-    K.get_or_init(|| axpy_rows_kernel(crate::isa::selected()))(acc, w, rows, stride)
+    (crate::selected().rows.axpy_rows)(acc, w, rows, stride)
 }
 
 /// The scalar twin of [`dot_rows`].
@@ -72,8 +94,9 @@ pub fn axpy_rows_ref(acc: &mut [f32], w: &[f32], rows: &[f32], stride: usize) {
 #[cfg(target_arch = "x86_64")]
 fn dot_rows_avx2(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
     check_rows(rows, stride, q.len(), out.len(), "dot_rows");
-    // SAFETY: handed out by `dot_rows_kernel` only when the CPU supports
-    // AVX2; `check_rows` saw every row's `q.len()` values inside `rows`.
+    // SAFETY: reachable only through `PerIsa::get` for an x86 set, whose
+    // caller guarantees the CPU has AVX2; `check_rows` saw every row's
+    // `q.len()` values inside `rows`.
     unsafe { x86::dot_rows_avx2(q, rows, stride, out) }
 }
 
@@ -84,28 +107,10 @@ fn axpy_rows_avx2(acc: &mut [f32], w: &[f32], rows: &[f32], stride: usize) {
     unsafe { x86::axpy_rows_avx2(acc, w, rows, stride) }
 }
 
-/// [`dot_rows`] for `isa` (AVX2 for both x86 sets: its eight lanes are the
-/// reference's eight accumulators; scalar elsewhere).
-pub fn dot_rows_kernel(isa: Isa) -> DotRowsFn {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512 if Isa::Avx2.is_supported() => dot_rows_avx2,
-        _ => dot_rows_ref,
-    }
-}
-
-/// [`axpy_rows`] for `isa`, as [`dot_rows_kernel`].
-pub fn axpy_rows_kernel(isa: Isa) -> AxpyRowsFn {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512 if Isa::Avx2.is_supported() => axpy_rows_avx2,
-        _ => axpy_rows_ref,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::isa::Isa;
     use rand::{Rng, SeedableRng};
 
     fn bits(v: &[f32]) -> Vec<u32> {
@@ -132,11 +137,12 @@ mod tests {
                     axpy_rows_ref(&mut want_acc, &w, &rows, stride);
                     for isa in Isa::supported() {
                         let what = format!("{isa:?} len={len} n={n} stride={stride}");
+                        let k = crate::table(isa).unwrap().rows;
                         let mut got = vec![f32::NAN; n];
-                        dot_rows_kernel(isa)(&q, &rows, stride, &mut got);
+                        (k.dot_rows)(&q, &rows, stride, &mut got);
                         assert_eq!(bits(&got), bits(&want), "dot_rows {what}");
                         let mut acc = start.clone();
-                        axpy_rows_kernel(isa)(&mut acc, &w, &rows, stride);
+                        (k.axpy_rows)(&mut acc, &w, &rows, stride);
                         assert_eq!(bits(&acc), bits(&want_acc), "axpy_rows {what}");
                     }
                     // The dispatched entry points too.

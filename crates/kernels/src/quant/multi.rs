@@ -11,7 +11,7 @@
 //! taken off in integers (exact), `dy`, `dy·Σy` and the per-lane Σy come
 //! precomputed with the activation, `Σq·y` from the integer dot.
 
-use crate::isa::Isa;
+use crate::isa::PerIsa;
 use crate::quant::q4_0::BlockQ4_0;
 use crate::quant::q4_1::BlockQ4_1;
 use crate::quant::q5_0::BlockQ5_0;
@@ -152,7 +152,7 @@ pub(crate) const fn multi_dot<B: MultiBlock>() -> MultiDot {
     MultiDot {
         prepared_bytes: q8_quads::prepared_bytes,
         prepare: prepare::<B>,
-        dot_for: dot_for::<B>,
+        dots: dots::<B>(),
     }
 }
 
@@ -249,27 +249,46 @@ macro_rules! in_groups {
     }};
 }
 
-fn dot_for<B: MultiBlock>(isa: Isa) -> MultiDotFn {
-    // SAFETY: the dispatch invariant (see `crate::isa`): a kernel compiled
-    // with `#[target_feature]` is handed out only for an `isa` this CPU
-    // supports.
-    if !isa.is_supported() {
-        return dot_ref::<B>;
-    }
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => |w, rb, a, s, n, o| {
-            use x86::group_avx512 as group;
-            unsafe { in_groups!(group, B, 8, w, rb, a, s, n, o) }
-        },
-        // Four at most: eight would not leave the accumulators in 16 registers.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => |w, rb, a, s, n, o| {
-            use x86::group_avx2 as group;
-            unsafe { in_groups!(group, B, 4, w, rb, a, s, n, o) }
-        },
-        _ => dot_ref::<B>,
-    }
+/// The kernels of `B`: AVX-512 takes up to 8 activations per pass, AVX2
+/// four (eight would not leave the accumulators in 16 registers).
+const fn dots<B: MultiBlock>() -> PerIsa<MultiDotFn> {
+    let dots = PerIsa::new(dot_ref::<B> as MultiDotFn);
+    #[cfg(target_arch = "x86_64")]
+    let dots = dots
+        .avx2(dot_avx2::<B> as MultiDotFn)
+        .avx512(dot_avx512::<B> as MultiDotFn);
+    dots
+}
+
+#[cfg(target_arch = "x86_64")]
+fn dot_avx512<B: MultiBlock>(
+    w: &[u8],
+    rb: usize,
+    acts: &[u8],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    use x86::group_avx512 as group;
+    // SAFETY: reachable only through `PerIsa::get(Isa::Avx512)`, whose
+    // caller guarantees the CPU has the AVX-512 set; `in_groups!` hands
+    // the kernel whole blocks of a row and activation views checked by
+    // `Q8Quads::new`.
+    unsafe { in_groups!(group, B, 8, w, rb, acts, stride, n, out) }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn dot_avx2<B: MultiBlock>(
+    w: &[u8],
+    rb: usize,
+    acts: &[u8],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    use x86::group_avx2 as group;
+    // SAFETY: as in `dot_avx512`, for `PerIsa::get(Isa::Avx2)`.
+    unsafe { in_groups!(group, B, 4, w, rb, acts, stride, n, out) }
 }
 
 #[cfg(test)]

@@ -2,8 +2,7 @@
 //! values with one f32 scale and the sum of each group of 16 (so dots with
 //! types that carry a minimum can subtract it without touching the values).
 
-use crate::isa::Isa;
-use crate::traits::{TypeTraits, VecDotFn};
+use crate::traits::TypeTraits;
 use bytemuck::{Pod, Zeroable};
 use gguf::{GgmlType, QK_K};
 
@@ -22,7 +21,7 @@ pub const TRAITS: TypeTraits = TypeTraits {
     to_float: |src, dst| dequantize_row(bytemuck::cast_slice(src), dst),
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
-    vec_dot_for,
+    dots: crate::quant::vec_dots!(BlockQ8K, BlockQ8K; vec_dot_ref),
     multi: None,
 };
 
@@ -83,10 +82,6 @@ pub fn vec_dot_ref(x: &[BlockQ8K], y: &[BlockQ8K]) -> f32 {
         sum += a.d * b.d * s as f32;
     }
     sum
-}
-
-fn vec_dot_for(_isa: Isa) -> VecDotFn {
-    TRAITS.vec_dot_ref
 }
 
 #[cfg(test)]

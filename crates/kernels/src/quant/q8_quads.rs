@@ -28,7 +28,7 @@
 //!
 //! Every part starts on a multiple of 32 bytes from the start.
 
-use crate::quant::q8_0::{quantize_row_activation, BlockQ8_0, QK8_0};
+use crate::quant::q8_0::{BlockQ8_0, QK8_0};
 use bytemuck::Zeroable;
 
 /// Bytes per quad of blocks: 128 quants, 16 + 8 f32, 16 i32.
@@ -110,9 +110,11 @@ pub fn prepare_with_zero_point(x: &[f32], dst: &mut [u8], zero_point: i32) {
     qs.fill(0);
     dy.fill(0.0);
     sy.fill(0.0);
+    // The selected quantizer, looked up once for the row.
+    let quantize = crate::selected().q8_0_activation;
     let mut block = [BlockQ8_0::zeroed()];
     for (b, xb) in x.chunks_exact(QK8_0).enumerate() {
-        quantize_row_activation(xb, &mut block);
+        quantize(xb, &mut block);
         let d = block[0].d.to_f32();
         let sum: i32 = block[0].qs.iter().map(|&q| q as i32).sum();
         let at = 128 * (b / 4) + 16 * (b % 4);
@@ -135,6 +137,7 @@ pub fn prepare_with_zero_point(x: &[f32], dst: &mut [u8], zero_point: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::q8_0::quantize_row_activation;
     use crate::quant::testing::{rng, weights};
 
     #[test]

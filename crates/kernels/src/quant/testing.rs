@@ -1,8 +1,20 @@
 //! Shared helpers for the kernel tests: seeded random data with the shapes
 //! that break SIMD code (odd block counts, extreme values) and error metrics.
 
+use crate::isa::Isa;
+use crate::traits::VecDotFn;
+use gguf::GgmlType;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+/// The dot of weight type `ty` in the table of `isa`, a set this CPU
+/// supports (tests loop over [`Isa::supported`]).
+pub fn vec_dot(isa: Isa, ty: GgmlType) -> VecDotFn {
+    crate::table(isa)
+        .expect("a set this CPU supports")
+        .vec_dot(ty)
+        .expect("a type with kernels")
+}
 
 pub fn rng(seed: u64) -> StdRng {
     StdRng::seed_from_u64(seed)

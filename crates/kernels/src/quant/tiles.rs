@@ -31,13 +31,13 @@
 //! scalar twin does the same, so all kernels agree bit for bit, whatever
 //! the number of activations or threads.
 
-use crate::isa::Isa;
+use crate::isa::PerIsa;
 use crate::quant::multi::{MultiBlock, Quants};
 use crate::quant::q4_0::BlockQ4_0;
 use crate::quant::q4_1::BlockQ4_1;
 use crate::quant::q5_0::BlockQ5_0;
 use crate::quant::q5_1::BlockQ5_1;
-use crate::quant::q8_0::{quantize_row_activation, BlockQ8_0, QK8_0};
+use crate::quant::q8_0::{BlockQ8_0, QK8_0};
 use bytemuck::Zeroable;
 use gguf::GgmlType;
 use half::f16;
@@ -49,7 +49,7 @@ mod x86;
 pub const TILE_ROWS: usize = 16;
 
 /// `out[16·c + r] = dot(row r of the tile, activation c)` for `n`
-/// activations prepared by [`TileDot::prepare`], the `c`-th at byte
+/// activations prepared by [`prepare`], the `c`-th at byte
 /// `c · stride` of `acts`; `nb` blocks per row.
 pub type TileDotFn =
     fn(tile: &[u8], nb: usize, acts: &[u8], stride: usize, n: usize, out: &mut [f32]);
@@ -61,8 +61,9 @@ pub struct TileDot {
     /// Repack `rows` rows (`src`, whole blocks) into `dst`
     /// (`tiles(rows) · tile_bytes(cols)` bytes).
     pub pack: fn(src: &[u8], rows: usize, cols: usize, dst: &mut [u8]),
-    /// The kernel for an instruction set (scalar where the CPU lacks it).
-    pub dot_for: fn(Isa) -> TileDotFn,
+    /// The kernels, one per instruction set ([`crate::Kernels::tile_dot`]
+    /// hands them out).
+    pub(crate) dots: PerIsa<TileDotFn>,
 }
 
 /// The tile kernels for `ty`, where it has them.
@@ -77,22 +78,11 @@ pub fn tile_dot(ty: GgmlType) -> Option<&'static TileDot> {
     }
 }
 
-/// Whether tiles pay on `isa`: where a SIMD tile kernel exists (AVX-512,
-/// AVX2; measured faster than the row-wise kernels on both). Elsewhere only
-/// the scalar twin would run, and NEON keeps its row-wise kernels.
-pub fn tiles_pay(isa: Isa) -> bool {
-    matches!(isa, Isa::Avx512 | Isa::Avx2) && isa.is_supported()
-}
-
-/// Name of the environment variable that turns row tiles off (`off` or
-/// `0`): for comparing the two layouts with one binary.
-pub const ENV_VAR: &str = "CACHEFIT_TILES";
-
-/// Whether models should repack their weights into row tiles: where tiles
-/// pay for the kernels this process selected, unless [`ENV_VAR`] says off.
+/// Whether models should repack their weights into row tiles: where they
+/// pay with the kernels this process selected ([`crate::Kernels::tiles_pay`]),
+/// unless its configuration turned them off ([`crate::Config::tiles`]).
 pub fn wanted() -> bool {
-    let off = std::env::var(ENV_VAR).is_ok_and(|v| matches!(v.trim(), "0" | "off"));
-    !off && tiles_pay(crate::isa::selected())
+    crate::config().tiles && crate::selected().tiles_pay()
 }
 
 /// Tiles for `rows` rows.
@@ -110,7 +100,7 @@ const fn tile_dot_of<B: TileBlock>() -> TileDot {
     TileDot {
         tile_bytes: tile_bytes::<B>,
         pack: pack::<B>,
-        dot_for: dot_for::<B>,
+        dots: dots::<B>(),
     }
 }
 
@@ -277,9 +267,11 @@ pub fn prepare(x: &[f32], dst: &mut [u8]) {
     let sy: &mut [i32] = bytemuck::cast_slice_mut(sy);
     let dy: &mut [f32] = bytemuck::cast_slice_mut(dy);
     let dsy: &mut [f32] = bytemuck::cast_slice_mut(dsy);
+    // The selected quantizer, looked up once for the row.
+    let quantize = crate::selected().q8_0_activation;
     let mut block = [BlockQ8_0::zeroed()];
     for (b, xb) in x.chunks_exact(QK8_0).enumerate() {
-        quantize_row_activation(xb, &mut block);
+        quantize(xb, &mut block);
         let q = &block[0].qs;
         qy[QK8_0 * b..QK8_0 * (b + 1)].copy_from_slice(bytemuck::cast_slice(q));
         let sum: i32 = q.iter().map(|&v| v as i32).sum();
@@ -352,24 +344,43 @@ fn dot_ref<B: TileBlock>(
     }
 }
 
-fn dot_for<B: TileBlock>(isa: Isa) -> TileDotFn {
-    // SAFETY: the dispatch invariant (see `crate::isa`): a kernel compiled
-    // with `#[target_feature]` is handed out only for an `isa` this CPU
-    // supports.
-    if !isa.is_supported() {
-        return dot_ref::<B>;
-    }
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => |tile, nb, acts, stride, n, out| unsafe {
-            x86::dot_avx512::<B>(tile, nb, acts, stride, n, out)
-        },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => |tile, nb, acts, stride, n, out| unsafe {
-            x86::dot_avx2::<B>(tile, nb, acts, stride, n, out)
-        },
-        _ => dot_ref::<B>,
-    }
+/// The kernels of `B`: SIMD on AVX-512 and AVX2, the scalar twin
+/// elsewhere (where tiles do not pay, [`crate::Kernels::tiles_pay`]).
+const fn dots<B: TileBlock>() -> PerIsa<TileDotFn> {
+    let dots = PerIsa::new(dot_ref::<B> as TileDotFn);
+    #[cfg(target_arch = "x86_64")]
+    let dots = dots
+        .avx2(dot_avx2::<B> as TileDotFn)
+        .avx512(dot_avx512::<B> as TileDotFn);
+    dots
+}
+
+#[cfg(target_arch = "x86_64")]
+fn dot_avx512<B: TileBlock>(
+    tile: &[u8],
+    nb: usize,
+    acts: &[u8],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: reachable only through `PerIsa::get(Isa::Avx512)`, whose
+    // caller guarantees the CPU has the AVX-512 set; the kernel checks the
+    // tile, activation and output bounds it relies on.
+    unsafe { x86::dot_avx512::<B>(tile, nb, acts, stride, n, out) }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn dot_avx2<B: TileBlock>(
+    tile: &[u8],
+    nb: usize,
+    acts: &[u8],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: as in `dot_avx512`, for `PerIsa::get(Isa::Avx2)`.
+    unsafe { x86::dot_avx2::<B>(tile, nb, acts, stride, n, out) }
 }
 
 #[cfg(test)]

@@ -143,7 +143,7 @@ impl Row<'_> {
                     Value::Null
                 },
             ),
-            ("kernels", json!(kernels::isa::selected().name())),
+            ("kernels", json!(kernels::selected().isa().name())),
             ("ttft_ms_p50", ms(percentile(&self.clean.ttft_ns, 50.0))),
             ("ttft_ms_p99", ms(percentile(&self.clean.ttft_ns, 99.0))),
             ("tpot_ms_p50", ms(percentile(&self.clean.tpot_ns, 50.0))),
@@ -392,7 +392,7 @@ impl Printer {
         outln!(
             "\nbuild: {BUILD_COMMIT} (cachefit {}), kernels {}, {}",
             env!("CARGO_PKG_VERSION"),
-            kernels::isa::selected().name(),
+            kernels::selected().isa().name(),
             machine.cpu.model_name.as_deref().unwrap_or("unknown CPU")
         );
         for (model, bpt) in &self.models {

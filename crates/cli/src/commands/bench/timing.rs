@@ -3,7 +3,7 @@
 //! the per-token percentiles.
 
 use kernels::pool::ThreadPool;
-use model::{forward, forward_batch, Logits, ModelConfig, State, Weights};
+use model::{Logits, State};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -79,10 +79,8 @@ pub struct Runs {
     pub tpot_ns: Vec<u64>,
 }
 
-/// A model, a pool and how to run a test on them.
-pub struct Bench<'a, 'w> {
-    pub cfg: &'a ModelConfig,
-    pub weights: &'a Weights<'w>,
+/// A pool and how to run a test on it (the state holds the model).
+pub struct Bench<'a> {
     pub pool: &'a ThreadPool,
     /// Tokens per forward pass (at most the state's).
     pub n_batch: usize,
@@ -92,41 +90,26 @@ pub struct Bench<'a, 'w> {
 /// Fill positions `0..n_depth` (untimed). Repetitions write only the
 /// positions after them, so one fill serves every repetition: the cache
 /// holds the same entries as llama-bench's refill before each one.
-pub fn fill_depth(b: &Bench, state: &mut State, tokens: &Tokens) {
+pub fn fill_depth(b: &Bench, state: &mut State<'_>, tokens: &Tokens) {
     prompt(b, state, &tokens.depth, 0);
 }
 
-fn prompt(b: &Bench, state: &mut State, tokens: &[u32], pos0: usize) {
+fn prompt(b: &Bench, state: &mut State<'_>, tokens: &[u32], pos0: usize) {
     let n_batch = b.n_batch.min(state.n_batch()).max(1);
     for (i, chunk) in tokens.chunks(n_batch).enumerate() {
-        let logits = forward_batch(
-            b.cfg,
-            b.weights,
-            state,
-            b.pool,
-            chunk,
-            pos0 + i * n_batch,
-            Logits::Last,
-        );
+        let logits = state.forward_seq(b.pool, chunk, pos0 + i * n_batch, Logits::Last);
         black_box(logits);
     }
 }
 
-impl Bench<'_, '_> {
+impl Bench<'_> {
     /// One warm-up (the whole prompt and one decode step, as llama-bench
     /// does), then `reps` timed repetitions.
-    pub fn measure(&self, state: &mut State, test: &Test, tokens: &Tokens) -> Runs {
+    pub fn measure(&self, state: &mut State<'_>, test: &Test, tokens: &Tokens) -> Runs {
         let pos0 = test.n_depth;
         prompt(self, state, &tokens.prompt, pos0);
         if let Some(&t) = tokens.gen.first() {
-            black_box(forward(
-                self.cfg,
-                self.weights,
-                state,
-                self.pool,
-                t,
-                pos0 + test.n_prompt,
-            ));
+            black_box(state.forward_seq(self.pool, &[t], pos0 + test.n_prompt, Logits::Last));
         }
         let mut runs = Runs::default();
         for _ in 0..self.reps {
@@ -138,7 +121,7 @@ impl Bench<'_, '_> {
             for (i, &t) in tokens.gen.iter().enumerate() {
                 let pos = pos0 + test.n_prompt + i;
                 let step = Instant::now();
-                black_box(forward(self.cfg, self.weights, state, self.pool, t, pos));
+                black_box(state.forward_seq(self.pool, &[t], pos, Logits::Last));
                 runs.tpot_ns.push(ns(step));
             }
             runs.samples_ns.push(ns(start).max(1));

@@ -8,8 +8,7 @@ mod neon;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use crate::isa::Isa;
-use crate::traits::{TypeTraits, VecDotFn};
+use crate::traits::TypeTraits;
 use gguf::GgmlType;
 pub use half::bf16;
 
@@ -19,7 +18,12 @@ pub const TRAITS: TypeTraits = TypeTraits {
     to_float: |src, dst| dequantize_row(bytemuck::cast_slice(src), dst),
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
-    vec_dot_for,
+    dots: crate::quant::vec_dots!(bf16, bf16; vec_dot_ref,
+        avx512_bf16: x86::dot_avx512bf16,
+        avx512: x86::dot_avx512,
+        avx2: x86::dot_avx2,
+        neon: neon::dot,
+    ),
     multi: None,
 };
 
@@ -61,64 +65,13 @@ pub fn vec_dot_ref(x: &[bf16], y: &[bf16]) -> f32 {
     sum as f32
 }
 
-fn vec_dot_for(isa: Isa) -> VecDotFn {
-    // SAFETY (of the kernels handed out below): a SIMD kernel is returned only
-    // when `isa.is_supported()` says the running CPU has its features (plus
-    // AVX512_BF16 for `vdpbf16ps`); this check is what makes the `unsafe`
-    // calls inside the wrappers sound.
-    if !isa.is_supported() {
-        return TRAITS.vec_dot_ref;
-    }
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if std::arch::is_x86_feature_detected!("avx512bf16") => dot_avx512bf16,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => dot_avx512,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => dot_avx2,
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon => dot_neon,
-        _ => TRAITS.vec_dot_ref,
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    // SAFETY: only reachable through `vec_dot_for(Isa::Avx2)`, which checked
-    // AVX2+FMA support; the kernel asserts equal lengths.
-    unsafe { x86::dot_avx2(x, y) }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn dot_avx512(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    // SAFETY: only reachable through `vec_dot_for(Isa::Avx512)`, which checked
-    // AVX-512 F/BW/VL support; the kernel asserts equal lengths.
-    unsafe { x86::dot_avx512(x, y) }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn dot_avx512bf16(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    // SAFETY: only reachable through `vec_dot_for(Isa::Avx512)` after it also
-    // detected AVX512_BF16; the kernel asserts equal lengths.
-    unsafe { x86::dot_avx512bf16(x, y) }
-}
-
-#[cfg(target_arch = "aarch64")]
-fn dot_neon(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    // SAFETY: only reachable through `vec_dot_for(Isa::Neon)`, which checked
-    // NEON support; the kernel asserts equal lengths.
-    unsafe { neon::dot(x, y) }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::isa::Isa;
     use crate::quant::f32::tests::{assert_close, LENGTHS};
     use crate::quant::testing::*;
+    use crate::traits::VecDotFn;
     use rand::Rng;
 
     fn to_bf16(x: &[f32]) -> Vec<bf16> {
@@ -127,17 +80,28 @@ mod tests {
         y
     }
 
-    /// Every dot this CPU can run, including the widening AVX-512 kernel that
-    /// `vec_dot_for` skips when AVX512_BF16 is present.
+    /// The widening AVX-512 kernel, which the AVX-512 table skips when
+    /// AVX512_BF16 is present.
+    #[cfg(target_arch = "x86_64")]
+    fn dot_avx512_widen(w: &[u8], a: &[u8]) -> f32 {
+        assert!(Isa::Avx512.is_supported());
+        let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
+        // SAFETY: the CPU has the AVX-512 set (asserted); the kernel
+        // asserts equal lengths.
+        unsafe { x86::dot_avx512(x, y) }
+    }
+
+    /// Every dot this CPU can run, including the widening AVX-512 kernel
+    /// where the table has the AVX512_BF16 one.
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     fn kernels() -> Vec<(String, VecDotFn)> {
         let mut k: Vec<(String, VecDotFn)> = Isa::supported()
             .into_iter()
-            .map(|i| (format!("{i:?}"), vec_dot_for(i)))
+            .map(|i| (format!("{i:?}"), vec_dot(i, GgmlType::BF16)))
             .collect();
         #[cfg(target_arch = "x86_64")]
         if Isa::Avx512.is_supported() {
-            k.push(("avx512-widen".into(), dot_avx512));
+            k.push(("avx512-widen".into(), dot_avx512_widen));
         }
         k
     }

@@ -11,8 +11,8 @@ mod neon;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 
-use crate::isa::Isa;
-use crate::traits::{TypeTraits, VecDotFn};
+use crate::isa::PerIsa;
+use crate::traits::TypeTraits;
 use gguf::GgmlType;
 pub use half::f16;
 
@@ -22,7 +22,13 @@ pub const TRAITS: TypeTraits = TypeTraits {
     to_float: |src, dst| dequantize_row(bytemuck::cast_slice(src), dst),
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
-    vec_dot_for,
+    // AVX-512 runs the AVX2 kernel: on Zen 4 the 512-bit `vcvtph2ps` is
+    // slower per element than two 256-bit ones (a 512-bit kernel took
+    // 222 ns per 4096-element dot against 143 ns here).
+    dots: crate::quant::vec_dots!(f16, f16; vec_dot_ref,
+        avx2: x86::dot_avx2,
+        neon: neon::dot,
+    ),
     multi: None,
 };
 
@@ -52,34 +58,44 @@ pub fn vec_dot_ref(x: &[f16], y: &[f16]) -> f32 {
     sum as f32
 }
 
-/// [`quantize_row`] with the fastest conversion the selected kernel set has.
+/// [`quantize_row`] with the selected kernels (F16C where the CPU has it).
 pub fn f32_to_f16_row(src: &[f32], dst: &mut [f16]) {
-    (converters(crate::isa::selected()).0)(src, dst)
+    (crate::selected().f16.to_half)(src, dst)
 }
 
-/// [`dequantize_row`] with the fastest conversion the selected kernel set has.
+/// [`dequantize_row`] with the selected kernels.
 pub fn f16_to_f32_row(src: &[f16], dst: &mut [f32]) {
-    (converters(crate::isa::selected()).1)(src, dst)
+    (crate::selected().f16.to_single)(src, dst)
 }
 
-type ToHalf = fn(&[f32], &mut [f16]);
-type ToSingle = fn(&[f16], &mut [f32]);
+/// The row conversions of one instruction set, each bit-identical to the
+/// scalar one.
+#[derive(Clone, Copy)]
+pub struct F16Kernels {
+    /// [`f32_to_f16_row`].
+    pub to_half: fn(&[f32], &mut [f16]),
+    /// [`f16_to_f32_row`].
+    pub to_single: fn(&[f16], &mut [f32]),
+}
 
-fn converters(isa: Isa) -> (ToHalf, ToSingle) {
-    // SAFETY (of the wrappers handed out): F16C kernels only when the CPU
-    // supports them, the same invariant as `vec_dot_for`.
+/// F16C for both x86 sets, scalar elsewhere.
+pub(crate) const KERNELS: PerIsa<F16Kernels> = {
+    let k = PerIsa::new(F16Kernels {
+        to_half: quantize_row,
+        to_single: dequantize_row,
+    });
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx2 | Isa::Avx512) && isa.is_supported() {
-        return (to_half_avx2, to_single_avx2);
-    }
-    let _ = isa;
-    (quantize_row, dequantize_row)
-}
+    let k = k.avx2(F16Kernels {
+        to_half: to_half_avx2,
+        to_single: to_single_avx2,
+    });
+    k
+};
 
 #[cfg(target_arch = "x86_64")]
 fn to_half_avx2(src: &[f32], dst: &mut [f16]) {
-    // SAFETY: handed out by `converters` only after AVX2+F16C were detected;
-    // the kernel asserts equal lengths.
+    // SAFETY: reachable only through `PerIsa::get` for an x86 set, whose
+    // caller guarantees AVX2 and F16C; the kernel asserts equal lengths.
     unsafe { x86::f32_to_f16_row(src, dst) }
 }
 
@@ -89,45 +105,10 @@ fn to_single_avx2(src: &[f16], dst: &mut [f32]) {
     unsafe { x86::f16_to_f32_row(src, dst) }
 }
 
-fn vec_dot_for(isa: Isa) -> VecDotFn {
-    // SAFETY (of the kernels handed out below): a SIMD kernel is returned only
-    // when `isa.is_supported()` says the running CPU has its features; this
-    // check is what makes the `unsafe` calls inside the wrappers sound.
-    if !isa.is_supported() {
-        return TRAITS.vec_dot_ref;
-    }
-    match isa {
-        // The AVX2 kernel on AVX-512 CPUs too: on Zen 4 the 512-bit
-        // `vcvtph2ps` is slower per element than two 256-bit ones (a 512-bit
-        // kernel took 222 ns per 4096-element dot against 143 ns here).
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512 => dot_avx2,
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon => dot_neon,
-        _ => TRAITS.vec_dot_ref,
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    // SAFETY: only reachable through `vec_dot_for(Isa::Avx2 | Isa::Avx512)`,
-    // which checked support (AVX-512 implies AVX2+FMA+F16C); the kernel
-    // asserts equal lengths.
-    unsafe { x86::dot_avx2(x, y) }
-}
-
-#[cfg(target_arch = "aarch64")]
-fn dot_neon(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    // SAFETY: only reachable through `vec_dot_for(Isa::Neon)`, which checked
-    // NEON support; the kernel asserts equal lengths.
-    unsafe { neon::dot(x, y) }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::isa::Isa;
     use crate::quant::f32::tests::{assert_close, LENGTHS};
     use crate::quant::testing::*;
     use rand::Rng;
@@ -209,7 +190,8 @@ mod tests {
         let singles = f32_probe();
         let halves: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
         for isa in Isa::supported() {
-            let (to_half, to_single) = converters(isa);
+            let k = crate::table(isa).unwrap().f16;
+            let (to_half, to_single) = (k.to_half, k.to_single);
             for n in [singles.len(), 1, 7, 9, 31] {
                 let src = &singles[singles.len() - n..];
                 let mut got = vec![f16::ZERO; n];
@@ -295,7 +277,7 @@ mod tests {
         let b: Vec<f32> = (0..n).map(|i| 0.1 + 2.0 * (i as f32 + 1.0).cos()).collect();
         let exact: f64 = a.iter().zip(&b).map(|(x, y)| (x * y) as f64).sum();
         for isa in Isa::supported() {
-            let got = vec_dot_for(isa)(
+            let got = vec_dot(isa, GgmlType::F16)(
                 bytemuck::cast_slice(&to_f16(&a)),
                 bytemuck::cast_slice(&to_f16(&b)),
             );
@@ -307,7 +289,7 @@ mod tests {
     fn simd_matches_ref() {
         let mut r = rng(13);
         for isa in Isa::supported() {
-            let dot = vec_dot_for(isa);
+            let dot = vec_dot(isa, GgmlType::F16);
             for n in LENGTHS {
                 let mut rows = vec![weights(&mut r, n), weights(&mut r, n)];
                 rows.extend(extreme_rows(n));
@@ -331,7 +313,7 @@ mod tests {
     #[test]
     fn simd_handles_every_tail_exactly_on_integers() {
         for isa in Isa::supported() {
-            let dot = vec_dot_for(isa);
+            let dot = vec_dot(isa, GgmlType::F16);
             for n in 0..300 {
                 let x = to_f16(&(0..n).map(|i| (i % 13) as f32 - 6.0).collect::<Vec<_>>());
                 let y = to_f16(&(0..n).map(|i| (i % 7) as f32 + 1.0).collect::<Vec<_>>());

@@ -9,8 +9,7 @@ mod neon;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 
-use crate::isa::Isa;
-use crate::traits::{TypeTraits, VecDotFn};
+use crate::traits::TypeTraits;
 use gguf::GgmlType;
 
 pub const TRAITS: TypeTraits = TypeTraits {
@@ -19,7 +18,11 @@ pub const TRAITS: TypeTraits = TypeTraits {
     to_float: |src, dst| dequantize_row(bytemuck::cast_slice(src), dst),
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
-    vec_dot_for,
+    dots: crate::quant::vec_dots!(f32, f32; vec_dot_ref,
+        avx512: x86::dot_avx512,
+        avx2: x86::dot_avx2,
+        neon: neon::dot,
+    ),
     multi: None,
 };
 
@@ -40,51 +43,10 @@ pub fn vec_dot_ref(x: &[f32], y: &[f32]) -> f32 {
     sum as f32
 }
 
-fn vec_dot_for(isa: Isa) -> VecDotFn {
-    // SAFETY (of the kernels handed out below): a SIMD kernel is returned only
-    // when `isa.is_supported()` says the running CPU has its features; this
-    // check is what makes the `unsafe` calls inside the wrappers sound.
-    if !isa.is_supported() {
-        return TRAITS.vec_dot_ref;
-    }
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => dot_avx512,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => dot_avx2,
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon => dot_neon,
-        _ => TRAITS.vec_dot_ref,
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    // SAFETY: only reachable through `vec_dot_for(Isa::Avx2)`, which checked
-    // AVX2+FMA support; the kernel asserts equal lengths before reading.
-    unsafe { x86::dot_avx2(x, y) }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn dot_avx512(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    // SAFETY: only reachable through `vec_dot_for(Isa::Avx512)`, which checked
-    // AVX-512 F/BW/VL support; the kernel asserts equal lengths.
-    unsafe { x86::dot_avx512(x, y) }
-}
-
-#[cfg(target_arch = "aarch64")]
-fn dot_neon(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    // SAFETY: only reachable through `vec_dot_for(Isa::Neon)`, which checked
-    // NEON support; the kernel asserts equal lengths.
-    unsafe { neon::dot(x, y) }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::isa::Isa;
     use crate::quant::testing::*;
     use rand::Rng;
 
@@ -125,7 +87,7 @@ pub(crate) mod tests {
     fn simd_matches_ref() {
         let mut r = rng(7);
         for isa in Isa::supported() {
-            let dot = vec_dot_for(isa);
+            let dot = vec_dot(isa, GgmlType::F32);
             for n in LENGTHS {
                 let mut rows = vec![weights(&mut r, n), weights(&mut r, n)];
                 rows.extend(extreme_rows(n));
@@ -145,7 +107,7 @@ pub(crate) mod tests {
         // Small integers make every partial sum exact, so any summation order
         // must give the same value: a dropped or doubled tail element shows.
         for isa in Isa::supported() {
-            let dot = vec_dot_for(isa);
+            let dot = vec_dot(isa, GgmlType::F32);
             for n in 0..300 {
                 let x: Vec<f32> = (0..n).map(|i| (i % 13) as f32 - 6.0).collect();
                 let y: Vec<f32> = (0..n).map(|i| (i % 7) as f32 + 1.0).collect();
@@ -155,20 +117,6 @@ pub(crate) mod tests {
                     want,
                     "{isa:?} n={n}"
                 );
-            }
-        }
-    }
-
-    #[test]
-    fn every_isa_is_safe_to_ask_for() {
-        // Unsupported sets must come back as the reference (calling a kernel
-        // for a missing feature would be an illegal instruction).
-        let x = weights(&mut rng(5), 100);
-        let want = vec_dot_ref(&x, &x);
-        for isa in Isa::ALL {
-            let got = vec_dot_for(isa)(bytemuck::cast_slice(&x), bytemuck::cast_slice(&x));
-            if !isa.is_supported() {
-                assert_eq!(got, want, "{isa:?}");
             }
         }
     }

@@ -9,9 +9,8 @@
 //! [`quantize_row_ref`] is `quantize_row_iq4_nl_ref`, which despite its name
 //! skips the search (one least-squares refit of the scale).
 
-use crate::isa::Isa;
 use crate::quant::q8_0::BlockQ8_0;
-use crate::traits::{TypeTraits, VecDotFn};
+use crate::traits::TypeTraits;
 use bytemuck::{Pod, Zeroable};
 use gguf::GgmlType;
 use half::f16;
@@ -46,7 +45,11 @@ pub const TRAITS: TypeTraits = TypeTraits {
     to_float: |src, dst| dequantize_row(bytemuck::cast_slice(src), dst),
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
-    vec_dot_for,
+    dots: crate::quant::vec_dots!(BlockIq4Nl, BlockQ8_0; vec_dot_ref,
+        avx512: x86::vec_dot_avx512,
+        avx2: x86::vec_dot_avx2,
+        neon: neon::vec_dot,
+    ),
     multi: None,
 };
 
@@ -227,31 +230,6 @@ pub fn vec_dot_ref(x: &[BlockIq4Nl], y: &[BlockQ8_0]) -> f32 {
         sum += b.d.to_f32() * a.d.to_f32() * block_dot(a, &b.qs) as f32;
     }
     sum
-}
-
-fn vec_dot_for(isa: Isa) -> VecDotFn {
-    // SAFETY: the soundness invariant of all dispatch: a kernel compiled
-    // with `#[target_feature]` is handed out only for an `isa` whose
-    // `is_supported()` is true on this CPU; the closures below are reachable
-    // only through this function.
-    if !isa.is_supported() {
-        return TRAITS.vec_dot_ref;
-    }
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => {
-            |w, a| unsafe { x86::vec_dot_avx512(bytemuck::cast_slice(w), bytemuck::cast_slice(a)) }
-        }
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => {
-            |w, a| unsafe { x86::vec_dot_avx2(bytemuck::cast_slice(w), bytemuck::cast_slice(a)) }
-        }
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon => {
-            |w, a| unsafe { neon::vec_dot(bytemuck::cast_slice(w), bytemuck::cast_slice(a)) }
-        }
-        _ => TRAITS.vec_dot_ref,
-    }
 }
 
 #[cfg(test)]

@@ -40,11 +40,10 @@ macro_rules! weight_quad {
 macro_rules! part {
     ($b:expr, $off:expr) => {
         match $b {
-            // SAFETY: qs() is 16 (nibbles) or 32 (bytes) long and $off + 16
-            // stays within it.
             Some(x) => {
                 let qs = x.qs();
                 assert!($off + 16 <= qs.len());
+                // SAFETY: the 16 bytes from $off lie inside qs (asserted).
                 unsafe { _mm_loadu_si128(qs.as_ptr().add($off).cast()) }
             }
             None => _mm_setzero_si128(),
@@ -349,6 +348,8 @@ pub unsafe fn group_avx2<B: MultiBlock, const N: usize>(
         for (a, (acc, accm)) in acts.iter().zip(acc.iter_mut().zip(accm.iter_mut())) {
             // SAFETY: as in group_avx512.
             let p = unsafe { a.qs.as_ptr().add(128 * q) };
+            // SAFETY: as in group_avx512: q < nq, and check_quads saw 128·nq
+            // quants and 16·nq scales in every activation.
             let (ya01, ya23, yb01, yb23, dy01, dy23) = unsafe {
                 (
                     _mm256_loadu_si256(p.cast()),

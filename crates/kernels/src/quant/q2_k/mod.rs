@@ -4,8 +4,7 @@
 
 use super::k_common::{make_qkx2_quants, nearest_int, vec_dot_decoded, Decoded, KBlock};
 use super::q8_k::BlockQ8K;
-use crate::isa::Isa;
-use crate::traits::{TypeTraits, VecDotFn};
+use crate::traits::TypeTraits;
 use bytemuck::{Pod, Zeroable};
 use gguf::{GgmlType, QK_K};
 use half::f16;
@@ -36,7 +35,11 @@ pub const TRAITS: TypeTraits = TypeTraits {
     to_float: |src, dst| dequantize_row(bytemuck::cast_slice(src), dst),
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
-    vec_dot_for,
+    dots: crate::quant::vec_dots!(BlockQ2K, BlockQ8K; vec_dot_ref,
+        avx512: x86::vec_dot_avx512,
+        avx2: x86::vec_dot_avx2,
+        neon: neon::vec_dot_neon,
+    ),
     multi: None,
 };
 
@@ -153,21 +156,6 @@ impl KBlock for BlockQ2K {
 /// Scalar dot with a Q8_K row (ggml's generic `vec_dot_q2_K_q8_K`).
 pub fn vec_dot_ref(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
     vec_dot_decoded(x, y)
-}
-
-fn vec_dot_for(isa: Isa) -> VecDotFn {
-    // SAFETY (the dispatch invariant): a SIMD kernel is returned only after
-    // `is_supported()` confirmed its instruction set on this CPU; the kernels
-    // rely on nothing else.
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if isa.is_supported() => x86::dot_avx512,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx2 if Isa::Avx2.is_supported() => x86::dot_avx2,
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon if isa.is_supported() => neon::dot_neon,
-        _ => TRAITS.vec_dot_ref,
-    }
 }
 
 #[cfg(test)]

@@ -5,9 +5,8 @@
 //! Q8_0 like the other legacy types and compute Σq of the activation block
 //! in the kernel: Σ (d·q + m)·(dy·y) = d·dy·Σ q·y + m·dy·Σ y.
 
-use crate::isa::Isa;
 use crate::quant::q8_0::BlockQ8_0;
-use crate::traits::{MultiDot, TypeTraits, VecDotFn};
+use crate::traits::{MultiDot, TypeTraits};
 use bytemuck::{Pod, Zeroable};
 use gguf::GgmlType;
 use half::f16;
@@ -32,7 +31,10 @@ pub const TRAITS: TypeTraits = TypeTraits {
     to_float: |src, dst| dequantize_row(bytemuck::cast_slice(src), dst),
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
-    vec_dot_for,
+    dots: crate::quant::vec_dots!(BlockQ4_1, BlockQ8_0; vec_dot_ref,
+        avx512: x86::vec_dot_avx512,
+        avx2: x86::vec_dot_avx2,
+    ),
     multi: Some(&MULTI),
 };
 
@@ -106,27 +108,6 @@ pub fn vec_dot_ref(x: &[BlockQ4_1], y: &[BlockQ8_0]) -> f32 {
         sum += a.d.to_f32() * dy * sumi as f32 + a.m.to_f32() * dy * sumy as f32;
     }
     sum
-}
-
-fn vec_dot_for(isa: Isa) -> VecDotFn {
-    // SAFETY: the soundness invariant of all dispatch: a kernel compiled
-    // with `#[target_feature]` is handed out only for an `isa` whose
-    // `is_supported()` is true on this CPU; the closures below are reachable
-    // only through this function.
-    if !isa.is_supported() {
-        return TRAITS.vec_dot_ref;
-    }
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => {
-            |w, a| unsafe { x86::vec_dot_avx512(bytemuck::cast_slice(w), bytemuck::cast_slice(a)) }
-        }
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => {
-            |w, a| unsafe { x86::vec_dot_avx2(bytemuck::cast_slice(w), bytemuck::cast_slice(a)) }
-        }
-        _ => TRAITS.vec_dot_ref,
-    }
 }
 
 #[cfg(test)]

@@ -4,11 +4,10 @@
 //! Dotted against Q8_0 (ggml uses Q8_1): the activation sum Σy for the
 //! minimum term is computed in the kernel, as for Q4_1.
 
-use crate::isa::Isa;
 use crate::quant::q4_1::min_max;
 use crate::quant::q5_0::{pack5, unpack5};
 use crate::quant::q8_0::BlockQ8_0;
-use crate::traits::{MultiDot, TypeTraits, VecDotFn};
+use crate::traits::{MultiDot, TypeTraits};
 use bytemuck::{Pod, Zeroable};
 use gguf::GgmlType;
 use half::f16;
@@ -34,7 +33,10 @@ pub const TRAITS: TypeTraits = TypeTraits {
     to_float: |src, dst| dequantize_row(bytemuck::cast_slice(src), dst),
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
-    vec_dot_for,
+    dots: crate::quant::vec_dots!(BlockQ5_1, BlockQ8_0; vec_dot_ref,
+        avx512: x86::vec_dot_avx512,
+        avx2: x86::vec_dot_avx2,
+    ),
     multi: Some(&MULTI),
 };
 
@@ -89,27 +91,6 @@ pub fn vec_dot_ref(x: &[BlockQ5_1], y: &[BlockQ8_0]) -> f32 {
         sum += a.d.to_f32() * dy * sumi as f32 + a.m.to_f32() * dy * sumy as f32;
     }
     sum
-}
-
-fn vec_dot_for(isa: Isa) -> VecDotFn {
-    // SAFETY: the soundness invariant of all dispatch: a kernel compiled
-    // with `#[target_feature]` is handed out only for an `isa` whose
-    // `is_supported()` is true on this CPU; the closures below are reachable
-    // only through this function.
-    if !isa.is_supported() {
-        return TRAITS.vec_dot_ref;
-    }
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => {
-            |w, a| unsafe { x86::vec_dot_avx512(bytemuck::cast_slice(w), bytemuck::cast_slice(a)) }
-        }
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => {
-            |w, a| unsafe { x86::vec_dot_avx2(bytemuck::cast_slice(w), bytemuck::cast_slice(a)) }
-        }
-        _ => TRAITS.vec_dot_ref,
-    }
 }
 
 #[cfg(test)]

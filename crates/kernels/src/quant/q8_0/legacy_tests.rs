@@ -97,7 +97,7 @@ pub fn check_ggml_bounds(t: &TypeTraits) {
     let qa = act(&a);
     let want = dot_f64(&x, &a) as f32;
     for isa in Isa::supported() {
-        let got = (t.vec_dot_for)(isa)(&q, &qa);
+        let got = vec_dot(isa, t.ty)(&q, &qa);
         let e = dot_err(got, want, n);
         assert!(e < 0.02, "{:?} {isa:?}: dot error {e}", t.ty);
     }
@@ -219,7 +219,7 @@ pub fn check_simd_matches_ref(t: &TypeTraits, has_min: bool) {
         let want = (t.vec_dot_ref)(w, a);
         let tol = 1e-5 * magnitude(t, w, a, has_min) as f32 + 1e-30;
         for &isa in &isas {
-            let got = (t.vec_dot_for)(isa)(w, a);
+            let got = vec_dot(isa, t.ty)(w, a);
             let nb = w.len() / t.type_size();
             if *exact {
                 assert_eq!(got, want, "{:?} {isa:?} nb={nb} unit scales", t.ty);
@@ -263,7 +263,7 @@ pub fn check_full_range_activations(t: &TypeTraits, has_min: bool, avx2_sign_tri
                 continue;
             }
             assert_eq!(
-                (t.vec_dot_for)(isa)(&w, &a),
+                vec_dot(isa, t.ty)(&w, &a),
                 want,
                 "{:?} {isa:?} nb={nb}",
                 t.ty
@@ -303,7 +303,7 @@ pub fn check_multi_dot(t: &TypeTraits, has_min: bool) {
                 .collect();
             let rb = t.row_bytes(cols);
             for isa in Isa::supported() {
-                let dot = (multi.dot_for)(isa);
+                let dot = crate::table(isa).unwrap().multi_dot(t.ty).unwrap();
                 let mut out = vec![f32::NAN; rows * n];
                 dot(&w, rb, acts, stride, n, &mut out);
                 for (ri, row) in w.chunks_exact(rb).enumerate() {

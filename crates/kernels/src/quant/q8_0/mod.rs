@@ -7,8 +7,8 @@
 //! [`quantize_row`] produces (it scales the block maximum to exactly 127).
 //! The x86 kernels are exact for -128 too; only the AVX2 sign trick is not.
 
-use crate::isa::Isa;
-use crate::traits::{MultiDot, TypeTraits, VecDotFn};
+use crate::isa::PerIsa;
+use crate::traits::{MultiDot, TypeTraits};
 use bytemuck::{Pod, Zeroable};
 use gguf::GgmlType;
 use half::f16;
@@ -37,7 +37,11 @@ pub const TRAITS: TypeTraits = TypeTraits {
     to_float: |src, dst| dequantize_row(bytemuck::cast_slice(src), dst),
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
-    vec_dot_for,
+    dots: crate::quant::vec_dots!(BlockQ8_0, BlockQ8_0; vec_dot_ref,
+        avx512: x86::vec_dot_avx512,
+        avx2: x86::vec_dot_avx2,
+        neon: neon::vec_dot,
+    ),
     multi: Some(&MULTI),
 };
 
@@ -83,14 +87,26 @@ pub fn round_small(v: f32) -> f32 {
 /// With the selected kernels (AVX2 where the CPU has it, bit-identical to
 /// [`quantize_row_activation_ref`]).
 pub fn quantize_row_activation(x: &[f32], y: &mut [BlockQ8_0]) {
-    assert_eq!(x.len(), y.len() * QK8_0);
+    (crate::selected().q8_0_activation)(x, y)
+}
+
+/// [`quantize_row_activation`] of one kernel set.
+pub type ActivationFn = fn(&[f32], &mut [BlockQ8_0]);
+
+/// [`quantize_row_activation`] of every set: AVX2 on both x86 sets.
+pub(crate) const ACTIVATION: PerIsa<ActivationFn> = {
+    let k = PerIsa::new(quantize_row_activation_ref as ActivationFn);
     #[cfg(target_arch = "x86_64")]
-    if crate::isa::selected() >= Isa::Avx2 && Isa::Avx2.is_supported() {
-        // SAFETY: the CPU supports AVX2, FMA and F16C (checked).
-        unsafe { x86::quantize_row_activation_avx2(x, y) };
-        return;
-    }
-    quantize_row_activation_ref(x, y)
+    let k = k.avx2(quantize_row_activation_avx2 as ActivationFn);
+    k
+};
+
+#[cfg(target_arch = "x86_64")]
+fn quantize_row_activation_avx2(x: &[f32], y: &mut [BlockQ8_0]) {
+    assert_eq!(x.len(), y.len() * QK8_0);
+    // SAFETY: reachable only through `PerIsa::get` for an x86 set, whose
+    // caller guarantees AVX2, FMA and F16C; whole blocks (asserted).
+    unsafe { x86::quantize_row_activation_avx2(x, y) }
 }
 
 /// Scalar twin of [`quantize_row_activation`].
@@ -132,39 +148,14 @@ pub fn vec_dot_ref(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     sum
 }
 
-fn vec_dot_for(isa: Isa) -> VecDotFn {
-    // SAFETY: the soundness invariant of all dispatch: a kernel compiled
-    // with `#[target_feature]` is handed out only for an `isa` whose
-    // `is_supported()` is true on this CPU; the closures below are reachable
-    // only through this function.
-    if !isa.is_supported() {
-        return TRAITS.vec_dot_ref;
-    }
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => {
-            |w, a| unsafe { x86::vec_dot_avx512(bytemuck::cast_slice(w), bytemuck::cast_slice(a)) }
-        }
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => {
-            |w, a| unsafe { x86::vec_dot_avx2(bytemuck::cast_slice(w), bytemuck::cast_slice(a)) }
-        }
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon => {
-            |w, a| unsafe { neon::vec_dot(bytemuck::cast_slice(w), bytemuck::cast_slice(a)) }
-        }
-        _ => TRAITS.vec_dot_ref,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     /// The AVX2 activation quantizer gives the scalar one's bytes, on
     /// random rows, rows of ties (x.5 after scaling), zeros and extremes.
     #[test]
     fn activation_quantizer_simd_matches_scalar() {
-        #[cfg(target_arch = "x86_64")]
-        if super::Isa::Avx2.is_supported() {
+        for isa in crate::isa::Isa::supported() {
+            let quantize = crate::table(isa).unwrap().q8_0_activation;
             let mut r = crate::quant::testing::rng(9);
             let mut rows = crate::quant::testing::extreme_rows(32 * 5);
             rows.push(crate::quant::testing::weights(&mut r, 32 * 7));
@@ -185,9 +176,8 @@ mod tests {
                 let nb = x.len() / 32;
                 let (mut a, mut b) = (vec![BlockQ8_0::zeroed(); nb], vec![BlockQ8_0::zeroed(); nb]);
                 super::quantize_row_activation_ref(&x, &mut a);
-                // SAFETY: AVX2 is supported (checked above).
-                unsafe { super::x86::quantize_row_activation_avx2(&x, &mut b) };
-                assert_eq!(a, b);
+                quantize(&x, &mut b);
+                assert_eq!(a, b, "{isa:?}");
             }
         }
     }

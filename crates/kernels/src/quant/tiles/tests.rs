@@ -1,6 +1,13 @@
 use super::*;
+use crate::isa::Isa;
+use crate::quant::q8_0::quantize_row_activation;
 use crate::quant::testing::{rng, weights};
 use crate::traits::traits;
+
+/// The tile kernel of `ty` in the table of `isa` (a supported set).
+fn kernel(isa: Isa, ty: GgmlType) -> TileDotFn {
+    crate::table(isa).unwrap().tile_dot(ty).unwrap()
+}
 
 const TYPES: [GgmlType; 5] = [
     GgmlType::Q4_0,
@@ -81,7 +88,7 @@ fn scalar_twin_matches_the_reference_dot() {
             for t in 0..tiles(rows) {
                 let tile = &bytemuck::cast_slice(&tiles_buf)[t * tb..(t + 1) * tb];
                 let mut out = vec![f32::NAN; TILE_ROWS * n];
-                (tile_dot(ty).unwrap().dot_for)(Isa::Scalar)(tile, nb, acts, stride, n, &mut out);
+                kernel(Isa::Scalar, ty)(tile, nb, acts, stride, n, &mut out);
                 for c in 0..n {
                     for r in 0..TILE_ROWS {
                         let got = out[TILE_ROWS * c + r];
@@ -123,10 +130,10 @@ fn kernels_equal_the_scalar_twin() {
             for t in 0..tiles(rows) {
                 let tile = &bytemuck::cast_slice(&tiles_buf)[t * tb..(t + 1) * tb];
                 let mut want = vec![f32::NAN; TILE_ROWS * n];
-                (td.dot_for)(Isa::Scalar)(tile, nb, acts, stride, n, &mut want);
+                kernel(Isa::Scalar, ty)(tile, nb, acts, stride, n, &mut want);
                 for isa in Isa::supported() {
                     let mut got = vec![f32::NAN; TILE_ROWS * n];
-                    (td.dot_for)(isa)(tile, nb, acts, stride, n, &mut got);
+                    kernel(isa, ty)(tile, nb, acts, stride, n, &mut got);
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(
                         bits(&got),
@@ -163,14 +170,13 @@ fn prepared_parts_match_q8_0() {
 fn short_tiles_and_outputs_panic_on_every_kernel_set() {
     let (rows, cols, n) = (16, 64, 2);
     for ty in TYPES {
-        let td = tile_dot(ty).unwrap();
         let tile = packed(ty, &matrix(ty, rows, cols, 1), rows, cols);
         let tile: &[u8] = bytemuck::cast_slice(&tile);
         let (acts, stride, _) = activations(n, cols, 2);
         let acts: &[u8] = bytemuck::cast_slice(&acts);
         let nb = cols / QK8_0;
         for isa in Isa::supported() {
-            let dot = (td.dot_for)(isa);
+            let dot = kernel(isa, ty);
             let short_tile = std::panic::catch_unwind(|| {
                 let mut out = vec![0.0; TILE_ROWS * n];
                 dot(&tile[..tile.len() - 1], nb, acts, stride, n, &mut out);

@@ -66,120 +66,128 @@ unsafe fn group<B: TileBlock, const N: usize>(
     nb: usize,
     acts: [Prepared<'_>; N],
 ) -> [__m512; N] {
-    let mut acc = [_mm512_setzero_ps(); N];
-    let low = _mm512_set1_epi8(0x0f);
-    // 4 activation bytes from byte `$off` of block `$b`, in every lane.
-    macro_rules! bcast {
-        ($y:expr, $off:expr) => {
-            _mm512_set1_epi32(core::ptr::read_unaligned($y.add($off).cast::<i32>()))
-        };
-    }
-    for b in 0..nb {
-        let (oq, od, om) = offsets::<B>(b);
-        let q = tile.add(oq);
-        let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.add(od).cast()));
-        let m = if B::HAS_MIN {
-            _mm512_cvtph_ps(_mm256_loadu_si256(tile.add(om).cast()))
-        } else {
-            _mm512_setzero_ps()
-        };
-        match B::QUANTS {
-            Quants::Nibbles | Quants::Nibbles5 => {
-                let w = [
-                    _mm512_loadu_si512(q.cast()),
-                    _mm512_loadu_si512(q.add(64).cast()),
-                    _mm512_loadu_si512(q.add(128).cast()),
-                    _mm512_loadu_si512(q.add(192).cast()),
-                ];
-                let lo = [
-                    _mm512_and_si512(w[0], low),
-                    _mm512_and_si512(w[1], low),
-                    _mm512_and_si512(w[2], low),
-                    _mm512_and_si512(w[3], low),
-                ];
-                let hi = [
-                    _mm512_and_si512(_mm512_srli_epi16(w[0], 4), low),
-                    _mm512_and_si512(_mm512_srli_epi16(w[1], 4), low),
-                    _mm512_and_si512(_mm512_srli_epi16(w[2], 4), low),
-                    _mm512_and_si512(_mm512_srli_epi16(w[3], 4), low),
-                ];
-                let (lo, hi) = if B::QUANTS == Quants::Nibbles5 {
-                    // The fifth bits: a byte mask per half of each group.
-                    let sixteen = _mm512_set1_epi8(16);
-                    let mask =
-                        |j: usize| core::ptr::read_unaligned(q.add(256 + 8 * j).cast::<u64>());
-                    (
-                        [
-                            _mm512_mask_add_epi8(lo[0], mask(0), lo[0], sixteen),
-                            _mm512_mask_add_epi8(lo[1], mask(2), lo[1], sixteen),
-                            _mm512_mask_add_epi8(lo[2], mask(4), lo[2], sixteen),
-                            _mm512_mask_add_epi8(lo[3], mask(6), lo[3], sixteen),
-                        ],
-                        [
-                            _mm512_mask_add_epi8(hi[0], mask(1), hi[0], sixteen),
-                            _mm512_mask_add_epi8(hi[1], mask(3), hi[1], sixteen),
-                            _mm512_mask_add_epi8(hi[2], mask(5), hi[2], sixteen),
-                            _mm512_mask_add_epi8(hi[3], mask(7), hi[3], sixteen),
-                        ],
-                    )
-                } else {
-                    (lo, hi)
-                };
-                for (a, acc) in acts.iter().zip(acc.iter_mut()) {
-                    let y = a.qy.as_ptr().add(QK8_0 * b);
-                    // Two chains, so the dpbusd latencies overlap.
-                    let mut s0 = _mm512_set1_epi32(-B::C * *a.sy.get_unchecked(b));
-                    let mut s1 = _mm512_setzero_si512();
-                    s0 = _mm512_dpbusd_epi32(s0, lo[0], bcast!(y, 0));
-                    s1 = _mm512_dpbusd_epi32(s1, hi[0], bcast!(y, 16));
-                    s0 = _mm512_dpbusd_epi32(s0, lo[1], bcast!(y, 4));
-                    s1 = _mm512_dpbusd_epi32(s1, hi[1], bcast!(y, 20));
-                    s0 = _mm512_dpbusd_epi32(s0, lo[2], bcast!(y, 8));
-                    s1 = _mm512_dpbusd_epi32(s1, hi[2], bcast!(y, 24));
-                    s0 = _mm512_dpbusd_epi32(s0, lo[3], bcast!(y, 12));
-                    s1 = _mm512_dpbusd_epi32(s1, hi[3], bcast!(y, 28));
-                    let s = _mm512_add_epi32(s0, s1);
-                    let dd = _mm512_mul_ps(d, _mm512_set1_ps(*a.dy.get_unchecked(b)));
-                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, *acc);
-                    if B::HAS_MIN {
-                        *acc = _mm512_fmadd_ps(m, _mm512_set1_ps(*a.dsy.get_unchecked(b)), *acc);
+    // SAFETY: the caller's contract (`# Safety`): the CPU features, and a
+    // tile of `nb` blocks of `B` at `tile` and in every activation view, so
+    // the offsets of each block `b < nb` (`offsets::<B>(b)`, `QK8_0·b`, index
+    // `b` of the per-block parts) lie inside them.
+    unsafe {
+        let mut acc = [_mm512_setzero_ps(); N];
+        let low = _mm512_set1_epi8(0x0f);
+        // 4 activation bytes from byte `$off` of block `$b`, in every lane.
+        macro_rules! bcast {
+            ($y:expr, $off:expr) => {
+                _mm512_set1_epi32(core::ptr::read_unaligned($y.add($off).cast::<i32>()))
+            };
+        }
+        for b in 0..nb {
+            let (oq, od, om) = offsets::<B>(b);
+            let q = tile.add(oq);
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.add(od).cast()));
+            let m = if B::HAS_MIN {
+                _mm512_cvtph_ps(_mm256_loadu_si256(tile.add(om).cast()))
+            } else {
+                _mm512_setzero_ps()
+            };
+            match B::QUANTS {
+                Quants::Nibbles | Quants::Nibbles5 => {
+                    let w = [
+                        _mm512_loadu_si512(q.cast()),
+                        _mm512_loadu_si512(q.add(64).cast()),
+                        _mm512_loadu_si512(q.add(128).cast()),
+                        _mm512_loadu_si512(q.add(192).cast()),
+                    ];
+                    let lo = [
+                        _mm512_and_si512(w[0], low),
+                        _mm512_and_si512(w[1], low),
+                        _mm512_and_si512(w[2], low),
+                        _mm512_and_si512(w[3], low),
+                    ];
+                    let hi = [
+                        _mm512_and_si512(_mm512_srli_epi16(w[0], 4), low),
+                        _mm512_and_si512(_mm512_srli_epi16(w[1], 4), low),
+                        _mm512_and_si512(_mm512_srli_epi16(w[2], 4), low),
+                        _mm512_and_si512(_mm512_srli_epi16(w[3], 4), low),
+                    ];
+                    let (lo, hi) = if B::QUANTS == Quants::Nibbles5 {
+                        // The fifth bits: a byte mask per half of each group.
+                        let sixteen = _mm512_set1_epi8(16);
+                        let mask =
+                            |j: usize| core::ptr::read_unaligned(q.add(256 + 8 * j).cast::<u64>());
+                        (
+                            [
+                                _mm512_mask_add_epi8(lo[0], mask(0), lo[0], sixteen),
+                                _mm512_mask_add_epi8(lo[1], mask(2), lo[1], sixteen),
+                                _mm512_mask_add_epi8(lo[2], mask(4), lo[2], sixteen),
+                                _mm512_mask_add_epi8(lo[3], mask(6), lo[3], sixteen),
+                            ],
+                            [
+                                _mm512_mask_add_epi8(hi[0], mask(1), hi[0], sixteen),
+                                _mm512_mask_add_epi8(hi[1], mask(3), hi[1], sixteen),
+                                _mm512_mask_add_epi8(hi[2], mask(5), hi[2], sixteen),
+                                _mm512_mask_add_epi8(hi[3], mask(7), hi[3], sixteen),
+                            ],
+                        )
+                    } else {
+                        (lo, hi)
+                    };
+                    for (a, acc) in acts.iter().zip(acc.iter_mut()) {
+                        let y = a.qy.as_ptr().add(QK8_0 * b);
+                        // Two chains, so the dpbusd latencies overlap.
+                        let mut s0 = _mm512_set1_epi32(-B::C * *a.sy.get_unchecked(b));
+                        let mut s1 = _mm512_setzero_si512();
+                        s0 = _mm512_dpbusd_epi32(s0, lo[0], bcast!(y, 0));
+                        s1 = _mm512_dpbusd_epi32(s1, hi[0], bcast!(y, 16));
+                        s0 = _mm512_dpbusd_epi32(s0, lo[1], bcast!(y, 4));
+                        s1 = _mm512_dpbusd_epi32(s1, hi[1], bcast!(y, 20));
+                        s0 = _mm512_dpbusd_epi32(s0, lo[2], bcast!(y, 8));
+                        s1 = _mm512_dpbusd_epi32(s1, hi[2], bcast!(y, 24));
+                        s0 = _mm512_dpbusd_epi32(s0, lo[3], bcast!(y, 12));
+                        s1 = _mm512_dpbusd_epi32(s1, hi[3], bcast!(y, 28));
+                        let s = _mm512_add_epi32(s0, s1);
+                        let dd = _mm512_mul_ps(d, _mm512_set1_ps(*a.dy.get_unchecked(b)));
+                        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, *acc);
+                        if B::HAS_MIN {
+                            *acc =
+                                _mm512_fmadd_ps(m, _mm512_set1_ps(*a.dsy.get_unchecked(b)), *acc);
+                        }
                     }
                 }
-            }
-            Quants::Signed8 => {
-                let w = [
-                    _mm512_loadu_si512(q.cast()),
-                    _mm512_loadu_si512(q.add(64).cast()),
-                    _mm512_loadu_si512(q.add(128).cast()),
-                    _mm512_loadu_si512(q.add(192).cast()),
-                    _mm512_loadu_si512(q.add(256).cast()),
-                    _mm512_loadu_si512(q.add(320).cast()),
-                    _mm512_loadu_si512(q.add(384).cast()),
-                    _mm512_loadu_si512(q.add(448).cast()),
-                ];
-                for (a, acc) in acts.iter().zip(acc.iter_mut()) {
-                    let y = a.qy.as_ptr().add(QK8_0 * b);
-                    let mut s0 = _mm512_set1_epi32(-B::C * *a.sy.get_unchecked(b));
-                    let mut s1 = _mm512_setzero_si512();
-                    s0 = _mm512_dpbusd_epi32(s0, w[0], bcast!(y, 0));
-                    s1 = _mm512_dpbusd_epi32(s1, w[1], bcast!(y, 4));
-                    s0 = _mm512_dpbusd_epi32(s0, w[2], bcast!(y, 8));
-                    s1 = _mm512_dpbusd_epi32(s1, w[3], bcast!(y, 12));
-                    s0 = _mm512_dpbusd_epi32(s0, w[4], bcast!(y, 16));
-                    s1 = _mm512_dpbusd_epi32(s1, w[5], bcast!(y, 20));
-                    s0 = _mm512_dpbusd_epi32(s0, w[6], bcast!(y, 24));
-                    s1 = _mm512_dpbusd_epi32(s1, w[7], bcast!(y, 28));
-                    let s = _mm512_add_epi32(s0, s1);
-                    let dd = _mm512_mul_ps(d, _mm512_set1_ps(*a.dy.get_unchecked(b)));
-                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, *acc);
-                    if B::HAS_MIN {
-                        *acc = _mm512_fmadd_ps(m, _mm512_set1_ps(*a.dsy.get_unchecked(b)), *acc);
+                Quants::Signed8 => {
+                    let w = [
+                        _mm512_loadu_si512(q.cast()),
+                        _mm512_loadu_si512(q.add(64).cast()),
+                        _mm512_loadu_si512(q.add(128).cast()),
+                        _mm512_loadu_si512(q.add(192).cast()),
+                        _mm512_loadu_si512(q.add(256).cast()),
+                        _mm512_loadu_si512(q.add(320).cast()),
+                        _mm512_loadu_si512(q.add(384).cast()),
+                        _mm512_loadu_si512(q.add(448).cast()),
+                    ];
+                    for (a, acc) in acts.iter().zip(acc.iter_mut()) {
+                        let y = a.qy.as_ptr().add(QK8_0 * b);
+                        let mut s0 = _mm512_set1_epi32(-B::C * *a.sy.get_unchecked(b));
+                        let mut s1 = _mm512_setzero_si512();
+                        s0 = _mm512_dpbusd_epi32(s0, w[0], bcast!(y, 0));
+                        s1 = _mm512_dpbusd_epi32(s1, w[1], bcast!(y, 4));
+                        s0 = _mm512_dpbusd_epi32(s0, w[2], bcast!(y, 8));
+                        s1 = _mm512_dpbusd_epi32(s1, w[3], bcast!(y, 12));
+                        s0 = _mm512_dpbusd_epi32(s0, w[4], bcast!(y, 16));
+                        s1 = _mm512_dpbusd_epi32(s1, w[5], bcast!(y, 20));
+                        s0 = _mm512_dpbusd_epi32(s0, w[6], bcast!(y, 24));
+                        s1 = _mm512_dpbusd_epi32(s1, w[7], bcast!(y, 28));
+                        let s = _mm512_add_epi32(s0, s1);
+                        let dd = _mm512_mul_ps(d, _mm512_set1_ps(*a.dy.get_unchecked(b)));
+                        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, *acc);
+                        if B::HAS_MIN {
+                            *acc =
+                                _mm512_fmadd_ps(m, _mm512_set1_ps(*a.dsy.get_unchecked(b)), *acc);
+                        }
                     }
                 }
             }
         }
+        acc
     }
-    acc
 }
 
 /// [`super::TileDotFn`] on AVX2: each tile as two halves of 8 rows (one per
@@ -242,92 +250,98 @@ unsafe fn half_group<B: TileBlock, const N: usize>(
     half: usize,
     acts: [Prepared<'_>; N],
 ) -> [__m256; N] {
-    use crate::quant::q8_0::x86::bytes_from_bits_32;
-    let mut acc = [_mm256_setzero_ps(); N];
-    let low = _mm256_set1_epi8(0x0f);
-    let ones = _mm256_set1_epi16(1);
-    let sixteen = _mm256_set1_epi8(16);
-    macro_rules! bcast {
-        ($y:expr, $off:expr) => {
-            _mm256_set1_epi32(core::ptr::read_unaligned($y.add($off).cast::<i32>()))
-        };
-    }
-    for b in 0..nb {
-        let (oq, od, om) = offsets::<B>(b);
-        // This half's 8 rows: 32 bytes into each 64-byte group, 16 into
-        // the scales.
-        let q = tile.add(oq + 32 * half);
-        let d = _mm256_cvtph_ps(_mm_loadu_si128(tile.add(od + 16 * half).cast()));
-        let m = if B::HAS_MIN {
-            _mm256_cvtph_ps(_mm_loadu_si128(tile.add(om + 16 * half).cast()))
-        } else {
-            _mm256_setzero_ps()
-        };
-        let mut s = [_mm256_setzero_si256(); N];
-        match B::QUANTS {
-            Quants::Nibbles | Quants::Nibbles5 => {
-                for k in 0..4 {
-                    let w = _mm256_loadu_si256(q.add(64 * k).cast());
-                    let mut lo = _mm256_and_si256(w, low);
-                    let mut hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
-                    if B::QUANTS == Quants::Nibbles5 {
-                        // This half's 32 bits of each fifth-bit mask.
-                        let mask = |j: usize| {
-                            core::ptr::read_unaligned(
-                                q.add(256 - 32 * half + 8 * j + 4 * half).cast::<u32>(),
-                            )
-                        };
-                        lo = _mm256_add_epi8(
-                            lo,
-                            _mm256_and_si256(bytes_from_bits_32(mask(2 * k)), sixteen),
-                        );
-                        hi = _mm256_add_epi8(
-                            hi,
-                            _mm256_and_si256(bytes_from_bits_32(mask(2 * k + 1)), sixteen),
-                        );
-                    }
-                    for (a, s) in acts.iter().zip(s.iter_mut()) {
-                        let y = a.qy.as_ptr().add(QK8_0 * b);
-                        // Each pair ≤ 2·31·127, two of them ≤ 15748: i16.
-                        let p = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(lo, bcast!(y, 4 * k)),
-                            _mm256_maddubs_epi16(hi, bcast!(y, 16 + 4 * k)),
-                        );
-                        *s = _mm256_add_epi32(*s, _mm256_madd_epi16(p, ones));
-                    }
-                }
-            }
-            Quants::Signed8 => {
-                let flip = _mm256_set1_epi8(-128);
-                for k in 0..8 {
-                    // Back to the signed quants, then |w| against sign(y, w).
-                    let w = _mm256_xor_si256(_mm256_loadu_si256(q.add(64 * k).cast()), flip);
-                    let aw = _mm256_abs_epi8(w);
-                    for (a, s) in acts.iter().zip(s.iter_mut()) {
-                        let y = a.qy.as_ptr().add(QK8_0 * b);
-                        let sy = _mm256_sign_epi8(bcast!(y, 4 * k), w);
-                        *s = _mm256_add_epi32(
-                            *s,
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), ones),
-                        );
-                    }
-                }
-            }
-        }
-        for ((a, s), acc) in acts.iter().zip(s.iter()).zip(acc.iter_mut()) {
-            // Q8_0's quants were dotted signed: no zero point here.
-            let c = if B::QUANTS == Quants::Signed8 {
-                0
-            } else {
-                B::C
+    // SAFETY: the caller's contract (`# Safety`): the CPU features, and a
+    // tile of `nb` blocks of `B` at `tile` and in every activation view, so
+    // the offsets of each block `b < nb` (`offsets::<B>(b)`, `QK8_0·b`, index
+    // `b` of the per-block parts) lie inside them.
+    unsafe {
+        use crate::quant::q8_0::x86::bytes_from_bits_32;
+        let mut acc = [_mm256_setzero_ps(); N];
+        let low = _mm256_set1_epi8(0x0f);
+        let ones = _mm256_set1_epi16(1);
+        let sixteen = _mm256_set1_epi8(16);
+        macro_rules! bcast {
+            ($y:expr, $off:expr) => {
+                _mm256_set1_epi32(core::ptr::read_unaligned($y.add($off).cast::<i32>()))
             };
-            let s = _mm256_add_epi32(*s, _mm256_set1_epi32(-c * *a.sy.get_unchecked(b)));
-            let dd = _mm256_mul_ps(d, _mm256_set1_ps(*a.dy.get_unchecked(b)));
-            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dd, *acc);
-            if B::HAS_MIN {
-                *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(*a.dsy.get_unchecked(b)), *acc);
+        }
+        for b in 0..nb {
+            let (oq, od, om) = offsets::<B>(b);
+            // This half's 8 rows: 32 bytes into each 64-byte group, 16 into
+            // the scales.
+            let q = tile.add(oq + 32 * half);
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(tile.add(od + 16 * half).cast()));
+            let m = if B::HAS_MIN {
+                _mm256_cvtph_ps(_mm_loadu_si128(tile.add(om + 16 * half).cast()))
+            } else {
+                _mm256_setzero_ps()
+            };
+            let mut s = [_mm256_setzero_si256(); N];
+            match B::QUANTS {
+                Quants::Nibbles | Quants::Nibbles5 => {
+                    for k in 0..4 {
+                        let w = _mm256_loadu_si256(q.add(64 * k).cast());
+                        let mut lo = _mm256_and_si256(w, low);
+                        let mut hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
+                        if B::QUANTS == Quants::Nibbles5 {
+                            // This half's 32 bits of each fifth-bit mask.
+                            let mask = |j: usize| {
+                                core::ptr::read_unaligned(
+                                    q.add(256 - 32 * half + 8 * j + 4 * half).cast::<u32>(),
+                                )
+                            };
+                            lo = _mm256_add_epi8(
+                                lo,
+                                _mm256_and_si256(bytes_from_bits_32(mask(2 * k)), sixteen),
+                            );
+                            hi = _mm256_add_epi8(
+                                hi,
+                                _mm256_and_si256(bytes_from_bits_32(mask(2 * k + 1)), sixteen),
+                            );
+                        }
+                        for (a, s) in acts.iter().zip(s.iter_mut()) {
+                            let y = a.qy.as_ptr().add(QK8_0 * b);
+                            // Each pair ≤ 2·31·127, two of them ≤ 15748: i16.
+                            let p = _mm256_add_epi16(
+                                _mm256_maddubs_epi16(lo, bcast!(y, 4 * k)),
+                                _mm256_maddubs_epi16(hi, bcast!(y, 16 + 4 * k)),
+                            );
+                            *s = _mm256_add_epi32(*s, _mm256_madd_epi16(p, ones));
+                        }
+                    }
+                }
+                Quants::Signed8 => {
+                    let flip = _mm256_set1_epi8(-128);
+                    for k in 0..8 {
+                        // Back to the signed quants, then |w| against sign(y, w).
+                        let w = _mm256_xor_si256(_mm256_loadu_si256(q.add(64 * k).cast()), flip);
+                        let aw = _mm256_abs_epi8(w);
+                        for (a, s) in acts.iter().zip(s.iter_mut()) {
+                            let y = a.qy.as_ptr().add(QK8_0 * b);
+                            let sy = _mm256_sign_epi8(bcast!(y, 4 * k), w);
+                            *s = _mm256_add_epi32(
+                                *s,
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), ones),
+                            );
+                        }
+                    }
+                }
+            }
+            for ((a, s), acc) in acts.iter().zip(s.iter()).zip(acc.iter_mut()) {
+                // Q8_0's quants were dotted signed: no zero point here.
+                let c = if B::QUANTS == Quants::Signed8 {
+                    0
+                } else {
+                    B::C
+                };
+                let s = _mm256_add_epi32(*s, _mm256_set1_epi32(-c * *a.sy.get_unchecked(b)));
+                let dd = _mm256_mul_ps(d, _mm256_set1_ps(*a.dy.get_unchecked(b)));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dd, *acc);
+                if B::HAS_MIN {
+                    *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(*a.dsy.get_unchecked(b)), *acc);
+                }
             }
         }
+        acc
     }
-    acc
 }

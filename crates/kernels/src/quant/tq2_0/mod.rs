@@ -11,8 +11,7 @@ mod x86;
 
 use super::q8_k::BlockQ8K;
 use super::tq1_0::{ternary_scale, trit};
-use crate::isa::Isa;
-use crate::traits::{TypeTraits, VecDotFn};
+use crate::traits::TypeTraits;
 use bytemuck::{Pod, Zeroable};
 use gguf::{GgmlType, QK_K};
 use half::f16;
@@ -33,7 +32,11 @@ pub const TRAITS: TypeTraits = TypeTraits {
     to_float: |src, dst| dequantize_row(bytemuck::cast_slice(src), dst),
     from_float: |src, dst| quantize_row(src, bytemuck::cast_slice_mut(dst)),
     vec_dot_ref: |w, a| vec_dot_ref(bytemuck::cast_slice(w), bytemuck::cast_slice(a)),
-    vec_dot_for,
+    dots: crate::quant::vec_dots!(BlockTQ2_0, BlockQ8K; vec_dot_ref,
+        avx512: x86::dot_avx512,
+        avx2: x86::dot_avx2,
+        neon: neon::dot,
+    ),
     multi: None,
 };
 
@@ -90,48 +93,6 @@ pub fn vec_dot_ref(x: &[BlockTQ2_0], y: &[BlockQ8K]) -> f32 {
         sum += s as f32 * (yb.d * xb.d.to_f32());
     }
     sum
-}
-
-fn vec_dot_for(isa: Isa) -> VecDotFn {
-    // SAFETY (of the kernels handed out below): a SIMD kernel is returned only
-    // when `isa.is_supported()` says the running CPU has its features; this
-    // check is what makes the `unsafe` calls inside the wrappers sound.
-    if !isa.is_supported() {
-        return TRAITS.vec_dot_ref;
-    }
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => dot_avx512,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => dot_avx2,
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon => dot_neon,
-        _ => TRAITS.vec_dot_ref,
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    // SAFETY: only reachable through `vec_dot_for(Isa::Avx2)`, which checked
-    // AVX2 support; the kernel asserts equal block counts.
-    unsafe { x86::dot_avx2(x, y) }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn dot_avx512(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    // SAFETY: only reachable through `vec_dot_for(Isa::Avx512)`, which checked
-    // AVX-512 F/BW/VL/VNNI support; the kernel asserts equal block counts.
-    unsafe { x86::dot_avx512(x, y) }
-}
-
-#[cfg(target_arch = "aarch64")]
-fn dot_neon(w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    // SAFETY: only reachable through `vec_dot_for(Isa::Neon)`, which checked
-    // NEON support; the kernel asserts equal block counts.
-    unsafe { neon::dot(x, y) }
 }
 
 #[cfg(test)]

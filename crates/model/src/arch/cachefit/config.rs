@@ -1,61 +1,14 @@
 //! The `cachefit.*` metadata keys (docs/CACHEFIT-FORMAT.md, "Metadata").
 
-use crate::config::{Arch, ModelConfig};
+use crate::config::{Arch, BlockKind, CachefitConfig, ModelConfig};
 use crate::Error;
 use gguf::Metadata;
 use kernels::ops::{RopeLayout, RopeParams};
 
-/// One block of the network.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BlockKind {
-    /// Gated short causal convolution (`C`).
-    Conv,
-    /// Attention (`A`).
-    Attn,
-}
-
-/// What the `cachefit` architecture adds to [`ModelConfig`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct CachefitConfig {
-    /// The blocks in order (`block_pattern`).
-    pub blocks: Vec<BlockKind>,
-    /// Taps of each convolution, `K` (`conv.kernel_length`).
-    pub conv_kernel: usize,
-    /// Logit soft cap, 0 for none (`final_logit_softcapping`).
-    pub softcap: f32,
-}
-
-impl CachefitConfig {
-    /// The pattern as stored, e.g. `CCACCA`.
-    pub fn pattern(&self) -> String {
-        self.blocks
-            .iter()
-            .map(|b| match b {
-                BlockKind::Conv => 'C',
-                BlockKind::Attn => 'A',
-            })
-            .collect()
-    }
-
-    pub fn n_conv(&self) -> usize {
-        self.blocks
-            .iter()
-            .filter(|&&b| b == BlockKind::Conv)
-            .count()
-    }
-
-    pub fn n_attn(&self) -> usize {
-        self.blocks
-            .iter()
-            .filter(|&&b| b == BlockKind::Attn)
-            .count()
-    }
-}
-
 /// Read a `cachefit` model's config. The llama-style fields of
 /// [`ModelConfig`] get their natural meaning (`n_layers` = blocks, RoPE
 /// NeoX over the whole head); the rest is in [`ModelConfig::cachefit`].
-pub(crate) fn from_gguf(md: &Metadata) -> Result<ModelConfig, Error> {
+pub(crate) fn read(md: &Metadata) -> Result<ModelConfig, Error> {
     let key = |k: &str| format!("cachefit.{k}");
     let bad = |k: &str, problem: String| Error::BadValue {
         key: key(k),

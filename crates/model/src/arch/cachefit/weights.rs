@@ -3,13 +3,13 @@
 //! per-row `NAME.scale` (F32), or `NAME.weight` alone in a float or ggml
 //! block type the kernels compute with (F32 as the exporter writes it).
 
-use super::config::BlockKind;
-use crate::config::ModelConfig;
-use crate::weights::Binder;
+use crate::binder::Binder;
+use crate::config::{BlockKind, ModelConfig};
 use crate::Error;
 use gguf::{GgmlType, GgufFile};
 use kernels::int8::{self, I8Matrix, I8Vector};
-use kernels::matvec::{matvec, MatvecScratch, QMatrix};
+use kernels::matmul::{matvec, MatmulScratch};
+use kernels::matrix::QMatrix;
 use kernels::pool::ThreadPool;
 use std::borrow::Cow;
 
@@ -124,7 +124,7 @@ impl Matrix<'_> {
         xs: &[f32],
         xq: &mut Activations,
         ys: &mut [f32],
-        scratch: &mut MatvecScratch,
+        scratch: &mut MatmulScratch,
     ) {
         let (rows, cols) = (self.rows(), self.cols());
         match self {
@@ -183,19 +183,26 @@ pub struct Block<'a> {
     pub ffn_down: Matrix<'a>,     // (dim, ffn_dim)
 }
 
-pub struct CachefitWeights<'a> {
+pub struct Weights<'a> {
     /// `(vocab, dim)`; also the output head (tied).
     pub token_embd: Matrix<'a>,
     pub blocks: Vec<Block<'a>>,
     pub output_norm: Cow<'a, [f32]>, // (dim,)
+    /// Taps of each convolution, `K`.
+    pub conv_kernel: usize,
+    /// Logit soft cap, 0 for none.
+    pub softcap: f32,
 }
 
-impl<'a> CachefitWeights<'a> {
-    pub fn from_gguf(file: &'a GgufFile, cfg: &ModelConfig) -> Result<CachefitWeights<'a>, Error> {
-        let cf = cfg
-            .cachefit
-            .as_ref()
-            .expect("a cachefit config for a cachefit model");
+impl<'a> Weights<'a> {
+    pub fn from_gguf(file: &'a GgufFile, cfg: &ModelConfig) -> Result<Weights<'a>, Error> {
+        let Some(cf) = &cfg.cachefit else {
+            return Err(Error::BadValue {
+                key: "cachefit.block_pattern".into(),
+                problem: "the config has no cachefit section (not read from a cachefit file?)"
+                    .into(),
+            });
+        };
         let b = Binder { file };
         let (d, f, k) = (cfg.dim, cfg.ffn_dim, cf.conv_kernel);
         let qkv_rows = cfg.q_dim() + 2 * cfg.kv_dim();
@@ -222,11 +229,21 @@ impl<'a> CachefitWeights<'a> {
                 ffn_down: matrix(&b, &n("ffn_down"), d, f)?,
             });
         }
-        Ok(CachefitWeights {
+        Ok(Weights {
             token_embd: matrix(&b, "token_embd", cfg.vocab_size, d)?,
             blocks,
             output_norm: b.vector("output_norm.weight", d)?,
+            conv_kernel: k,
+            softcap: cf.softcap,
         })
+    }
+
+    /// Blocks of each kind: (convolution, attention).
+    pub fn n_blocks(&self) -> (usize, usize) {
+        let conv = (self.blocks.iter())
+            .filter(|b| matches!(b.mixer, Mixer::Conv { .. }))
+            .count();
+        (conv, self.blocks.len() - conv)
     }
 
     /// Bytes of weights one token reads: every matrix, the tied embedding

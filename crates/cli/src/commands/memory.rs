@@ -1,0 +1,166 @@
+//! `cachefit memory inspect|verify FILE [--json]`: what a long-memory file
+//! holds, and a check of every record (exit 1 with a report on damage).
+//! Format and crash safety: `crates/memory` and docs/MEMORY.md.
+
+use anyhow::{bail, Result};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Model fingerprint, tokens, bytes, bytes per token, blocks, index.
+    Inspect(FileArgs),
+    /// Check every record's header chain and checksum; exit 1 on damage.
+    Verify(FileArgs),
+}
+
+#[derive(clap::Args)]
+pub struct FileArgs {
+    /// The memory file.
+    pub file: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub fn run(args: Args) -> Result<()> {
+    match args.command {
+        Command::Inspect(a) => inspect(a),
+        Command::Verify(a) => verify(a),
+    }
+}
+
+fn inspect(a: FileArgs) -> Result<()> {
+    let i = memory::inspect(&a.file)?;
+    let g = i.geometry;
+    let b = i.budget;
+    if a.json {
+        let v = serde_json::json!({
+            "file": a.file.display().to_string(),
+            "version": i.version,
+            "fingerprint": hex(&i.fingerprint),
+            "tokens": i.tokens,
+            "blocks": i.blocks,
+            "partial_blocks": i.partial_blocks,
+            "doc_starts": i.doc_starts,
+            "file_bytes": i.file_bytes,
+            "bytes_per_token": i.bytes_per_token(),
+            "committed_blocks": i.committed_blocks,
+            "torn_tail_bytes": i.tail_bytes,
+            "geometry": {
+                "block_tokens": g.block_tokens, "slots": g.slots, "dims": g.dims(),
+                "code_bytes": g.code_bytes, "extra_bytes": g.extra_bytes, "id_bytes": g.id_bytes,
+            },
+            "params_bytes": i.params_bytes,
+            "full_block_bytes_per_token": {
+                "codes": b.codes, "ids": b.ids, "extra": b.extra,
+                "summaries": b.summaries, "record_header": b.header, "total": b.total(),
+            },
+            "index": {
+                "ram_bytes": i.index_ram_bytes,
+                "index_file_blocks": i.index_file_blocks,
+            },
+        });
+        outln!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    outln!(
+        "file:        {} (format version {})",
+        a.file.display(),
+        i.version
+    );
+    outln!("fingerprint: {}", hex(&i.fingerprint));
+    outln!(
+        "history:     {} tokens in {} blocks ({} partial, {} document starts)",
+        i.tokens,
+        i.blocks,
+        i.partial_blocks,
+        i.doc_starts
+    );
+    outln!(
+        "bytes:       {} ({:.1} per token)",
+        i.file_bytes,
+        i.bytes_per_token()
+    );
+    match i.committed_blocks {
+        Some(c) => outln!("committed:   {c} blocks"),
+        None => outln!("committed:   unknown (commit slots unreadable)"),
+    }
+    if i.tail_bytes > 0 {
+        outln!(
+            "torn tail:   {} bytes past the last record (the next writer cuts them)",
+            i.tail_bytes
+        );
+    }
+    outln!(
+        "geometry:    {} tokens per block, {} slots × {} dims ({} code bytes), {} extra bytes, {}-byte ids, {} bytes of params",
+        g.block_tokens, g.slots, g.dims(), g.code_bytes, g.extra_bytes, g.id_bytes, i.params_bytes
+    );
+    outln!(
+        "per token:   {:.1} bytes in full blocks: codes {:.1}, ids {:.1}, extra {:.1}, summaries {:.1}, record headers {:.1}",
+        b.total(), b.codes, b.ids, b.extra, b.summaries, b.header
+    );
+    let source = match i.index_file_blocks {
+        Some(n) if n == i.blocks => "all from the index file".to_string(),
+        Some(n) => format!("{n} blocks from the index file, the rest from the records"),
+        None => "from the records (no index file)".to_string(),
+    };
+    outln!(
+        "index:       {:.1} MB in RAM, built {source}",
+        i.index_ram_bytes as f64 / 1e6
+    );
+    Ok(())
+}
+
+fn verify(a: FileArgs) -> Result<()> {
+    let r = memory::verify(&a.file)?;
+    if a.json {
+        let v = serde_json::json!({
+            "file": a.file.display().to_string(),
+            "clean": r.is_clean(),
+            "valid_blocks": r.valid_blocks,
+            "tokens": r.tokens,
+            "file_bytes": r.file_bytes,
+            "committed_blocks": r.commit.map(|m| m.blocks),
+            "problems": r.problems.iter().map(|p| serde_json::json!({
+                "block": p.block, "offset": p.offset, "what": p.what,
+            })).collect::<Vec<_>>(),
+            "notes": r.notes,
+        });
+        outln!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        outln!(
+            "{}: {} valid blocks, {} tokens, {} bytes",
+            a.file.display(),
+            r.valid_blocks,
+            r.tokens,
+            r.file_bytes
+        );
+        for n in &r.notes {
+            outln!("note: {n}");
+        }
+        for p in &r.problems {
+            outln!("DAMAGE: {p}");
+        }
+        if r.is_clean() {
+            outln!("ok: every record verifies");
+        }
+    }
+    if !r.is_clean() {
+        bail!(
+            "{}: {} problem(s) found; the blocks before the first one are intact",
+            a.file.display(),
+            r.problems.len()
+        );
+    }
+    Ok(())
+}

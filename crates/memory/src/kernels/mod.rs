@@ -1,0 +1,249 @@
+//! The three inner loops of search, each a scalar reference ([`scalar`])
+//! with AVX2 and AVX-512 twins ([`x86`]) chosen once at run time:
+//!
+//! - **LUT scoring** (fine pass): a token's score in a slot is
+//!   `Σ_{bits set} q_i`, read from one 256-entry f32 table per code byte
+//!   ([`lut_tables`]), so a 64-bit code costs 8 loads and 8 adds. The
+//!   caller turns it into `<q, sign(code)> = 2·that − Σ q`. The SIMD twins
+//!   gather 8 (AVX2) or 16 (AVX-512) tokens at once and add the bytes in
+//!   the same order, so they equal the scalar sums bit for bit.
+//! - **Int4 dots** (summary pass): `scale · Σ q_i · (nibble_i − 8)`. The
+//!   SIMD twins sum in another order; tests bound the difference.
+//! - **Fast scan** (coarse pass over every block): the sign bits of block
+//!   summaries, transposed so byte `b` of 64 consecutive blocks is one
+//!   64-byte row, are scored by 4-bit lookups (`pshufb`) in u8 tables that
+//!   hold the query's nibble partial sums, summed over the coarse slots in
+//!   u16 lanes. Integer arithmetic: every twin equals the scalar one
+//!   exactly. [`FastScanTables`] quantizes the query so no lane overflows.
+//!
+//! Self-contained (no dependency on `crates/kernels`) so it can move there.
+
+pub mod scalar;
+#[cfg(target_arch = "x86_64")]
+pub mod x86;
+
+#[cfg(test)]
+mod tests;
+
+/// Blocks per fast-scan group: one AVX-512 register of bytes.
+pub const GROUP: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    Scalar,
+    /// AVX2 (+ FMA).
+    Avx2,
+    /// AVX-512 F/BW (implies AVX2).
+    Avx512,
+}
+
+impl Isa {
+    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    pub fn is_supported(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                Isa::Avx2.is_supported()
+                    && std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+            }
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// Every set this CPU runs, scalar first.
+    pub fn supported() -> Vec<Isa> {
+        Isa::ALL.into_iter().filter(|i| i.is_supported()).collect()
+    }
+
+    /// The set this process uses: the one the engine's kernels chose
+    /// ([`kernels::selected`], configured once by the CLI), where these
+    /// kernels have it; scalar otherwise (NEON has no twin here yet).
+    pub fn selected() -> Isa {
+        match kernels::selected().isa() {
+            kernels::isa::Isa::Avx512 if Isa::Avx512.is_supported() => Isa::Avx512,
+            kernels::isa::Isa::Avx512 | kernels::isa::Isa::Avx2 if Isa::Avx2.is_supported() => {
+                Isa::Avx2
+            }
+            _ => Isa::Scalar,
+        }
+    }
+}
+
+/// Fill `tables` (`q.len() / 8` tables of 256) so that entry `[b][v]` is
+/// `Σ_{bit j set in v} q[8b + j]`.
+pub fn lut_tables(q: &[f32], tables: &mut [f32]) {
+    assert_eq!(q.len() % 8, 0, "query length must be a multiple of 8");
+    assert_eq!(tables.len(), q.len() / 8 * 256);
+    for (qb, t) in q.chunks_exact(8).zip(tables.chunks_exact_mut(256)) {
+        t[0] = 0.0;
+        for v in 1..256usize {
+            // Adding the lowest set bit to the entry without it keeps each
+            // entry one rounding away from an exact sum in bit order.
+            let low = v.trailing_zeros() as usize;
+            t[v] = t[v & (v - 1)] + qb[low];
+        }
+    }
+}
+
+/// `out[t] = Σ_b tables[b][codes[t·cb + b]]` for the `out.len()` tokens of
+/// one slot, `cb = tables.len() / 256`.
+pub fn lut_scores(isa: Isa, tables: &[f32], codes: &[u8], out: &mut [f32]) {
+    let cb = tables.len() / 256;
+    assert!(cb > 0 && tables.len() == cb * 256);
+    assert_eq!(
+        codes.len(),
+        out.len() * cb,
+        "codes must be tokens × code bytes"
+    );
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if isa.is_supported() => {
+            // SAFETY: AVX-512 F/BW support was just checked; the lengths
+            // were asserted above, as the kernel requires.
+            unsafe { x86::lut_scores_avx512(tables, codes, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 if Isa::Avx2.is_supported() => {
+            // SAFETY: AVX2 support was just checked; lengths as above.
+            unsafe { x86::lut_scores_avx2(tables, codes, out) }
+        }
+        _ => scalar::lut_scores(tables, codes, out),
+    }
+}
+
+/// `out[i] = scale_i · Σ_d q[d] · (nibble_{i,d} − 8)` for `out.len()`
+/// summaries laid `stride` bytes apart in `summaries` (each `q.len()/2 + 2`
+/// bytes: f16 scale, then nibbles).
+pub fn int4_dots(isa: Isa, q: &[f32], summaries: &[u8], stride: usize, out: &mut [f32]) {
+    let sb = q.len() / 2 + 2;
+    assert_eq!(q.len() % 2, 0);
+    assert!(stride >= sb);
+    if !out.is_empty() {
+        assert!(summaries.len() >= (out.len() - 1) * stride + sb);
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        let s = &summaries[i * stride..i * stride + sb];
+        *o = match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 | Isa::Avx512 if Isa::Avx2.is_supported() => {
+                // SAFETY: AVX2+FMA support was just checked; `s` holds
+                // q.len()/2 + 2 bytes as the kernel requires.
+                unsafe { x86::int4_dot_avx2(q, s) }
+            }
+            _ => scalar::int4_dot(q, s),
+        };
+    }
+}
+
+/// A query quantized for the fast scan: per coarse slot and code byte, a
+/// 16-entry u8 table for the low nibble and one for the high nibble.
+#[derive(Clone, Debug)]
+pub struct FastScanTables {
+    /// `[coarse slot][code byte][lo 16 | hi 16]`.
+    pub tables: Vec<u8>,
+    pub code_bytes: usize,
+    /// Fused float score ≈ `offset + step · u16 score`.
+    pub step: f32,
+    pub offset: f32,
+}
+
+impl FastScanTables {
+    /// Quantize per-slot queries (`weights[i]` scales slot `i`'s score, e.g.
+    /// 1/‖q‖ to sum z-scores) so that every table entry is at most 127 (a
+    /// lo+hi pair fits a byte) and the largest possible total fits u16.
+    pub fn new(queries: &[&[f32]], weights: &[f32]) -> FastScanTables {
+        assert_eq!(queries.len(), weights.len());
+        let cb = queries.first().map_or(0, |q| q.len() / 8);
+        let mut float = Vec::with_capacity(queries.len() * cb * 32);
+        for (q, &w) in queries.iter().zip(weights) {
+            assert_eq!(q.len(), cb * 8);
+            for qb in q.chunks_exact(8) {
+                for half in [&qb[..4], &qb[4..]] {
+                    for v in 0..16usize {
+                        let s: f32 = (0..4).filter(|j| v >> j & 1 == 1).map(|j| half[j]).sum();
+                        float.push(s * w);
+                    }
+                }
+            }
+        }
+        // Shift each 16-entry table to start at 0: the shifts add up to one
+        // constant, which ranking ignores and `offset` restores.
+        let mut offset = 0f32;
+        let mut max_entry = 0f32;
+        let mut max_total = 0f32;
+        for t in float.chunks_exact_mut(16) {
+            let min = t.iter().copied().fold(f32::INFINITY, f32::min);
+            offset += min;
+            let mut max = 0f32;
+            for v in t.iter_mut() {
+                *v -= min;
+                max = max.max(*v);
+            }
+            max_entry = max_entry.max(max);
+            max_total += max;
+        }
+        // 127 per entry; the sum of per-table maxima (each rounded up by at
+        // most half a step: +0.5 per table) within u16.
+        let n_tables = float.len() / 16;
+        let step_entry = max_entry / 127.0;
+        let step_total = max_total / (65535.0 - 0.5 * n_tables as f32).max(1.0);
+        let step = step_entry.max(step_total).max(f32::MIN_POSITIVE);
+        let tables = float
+            .iter()
+            .map(|&v| (v / step).round().min(127.0) as u8)
+            .collect();
+        FastScanTables {
+            tables,
+            code_bytes: cb,
+            step,
+            offset,
+        }
+    }
+
+    pub fn n_slots(&self) -> usize {
+        self.tables.len() / (self.code_bytes * 32).max(1)
+    }
+}
+
+/// Score groups of [`GROUP`] blocks. `slots[i]` is coarse slot `i`'s
+/// transposed sign summaries (the slot of `t`'s tables `i`) from the first
+/// group to score on: each group `code_bytes · GROUP` bytes, byte `b` of the
+/// group's block `j` at `b·GROUP + j`. `out` gets `GROUP` u16 sums per
+/// group.
+pub fn fast_scan(isa: Isa, t: &FastScanTables, slots: &[&[u8]], out: &mut [u16]) {
+    assert_eq!(slots.len(), t.n_slots());
+    assert_eq!(out.len() % GROUP, 0);
+    let need = out.len() / GROUP * t.code_bytes * GROUP;
+    assert!(slots.iter().all(|s| s.len() >= need));
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if isa.is_supported() => {
+            // SAFETY: AVX-512 BW support was just checked; every slot holds
+            // one whole group per GROUP outputs (asserted above).
+            unsafe { x86::fast_scan_avx512(t, slots, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 if Isa::Avx2.is_supported() => {
+            // SAFETY: AVX2 support was just checked; sizes as above.
+            unsafe { x86::fast_scan_avx2(t, slots, out) }
+        }
+        _ => scalar::fast_scan(t, slots, out),
+    }
+}

@@ -1,0 +1,191 @@
+//! Every SIMD twin against the scalar reference on random inputs, odd
+//! sizes and tails included.
+
+use super::*;
+use crate::synth::Rng;
+
+fn rand_q(r: &mut Rng, d: usize) -> Vec<f32> {
+    (0..d).map(|_| r.gauss()).collect()
+}
+
+#[test]
+fn lut_tables_hold_bit_sums() {
+    let mut r = Rng::new(1);
+    let q = rand_q(&mut r, 24);
+    let mut t = vec![0f32; 3 * 256];
+    lut_tables(&q, &mut t);
+    for b in 0..3 {
+        for v in 0..256usize {
+            let want: f32 = (0..8)
+                .filter(|j| v >> j & 1 == 1)
+                .map(|j| q[8 * b + j])
+                .sum();
+            assert!((t[b * 256 + v] - want).abs() < 1e-5, "byte {b} value {v}");
+        }
+    }
+}
+
+#[test]
+fn lut_scores_match_scalar_bit_for_bit() {
+    let mut r = Rng::new(2);
+    for cb in [1usize, 2, 3, 8, 9, 16] {
+        for n in [0usize, 1, 7, 8, 9, 15, 16, 17, 33, 64, 100] {
+            let q = rand_q(&mut r, cb * 8);
+            let mut t = vec![0f32; cb * 256];
+            lut_tables(&q, &mut t);
+            let codes: Vec<u8> = (0..n * cb).map(|_| r.next() as u8).collect();
+            let mut want = vec![0f32; n];
+            scalar::lut_scores(&t, &codes, &mut want);
+            // Against the definition <q, bits>, up to float rounding.
+            for (i, w) in want.iter().enumerate() {
+                let exact: f32 = (0..cb * 8)
+                    .filter(|&d| codes[i * cb + d / 8] >> (d % 8) & 1 == 1)
+                    .map(|d| q[d])
+                    .sum();
+                assert!((w - exact).abs() < 1e-4, "cb {cb} n {n} token {i}");
+            }
+            for isa in Isa::supported() {
+                let mut got = vec![f32::NAN; n];
+                lut_scores(isa, &t, &codes, &mut got);
+                assert_eq!(
+                    got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    "{} cb {cb} n {n}",
+                    isa.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn int4_dots_match_scalar_within_rounding() {
+    let mut r = Rng::new(3);
+    for d in [2usize, 6, 14, 16, 18, 30, 64, 66, 128] {
+        let sb = d / 2 + 2;
+        for count in [1usize, 3, 10] {
+            let stride = sb + (r.next() % 5) as usize;
+            let q = rand_q(&mut r, d);
+            let mut sums = vec![0u8; count * stride];
+            for i in 0..count {
+                let x = rand_q(&mut r, d);
+                crate::format::summary::quantize(&x, &mut sums[i * stride..i * stride + sb]);
+            }
+            let mut want = vec![0f32; count];
+            int4_dots(Isa::Scalar, &q, &sums, stride, &mut want);
+            for isa in Isa::supported() {
+                let mut got = vec![0f32; count];
+                int4_dots(isa, &q, &sums, stride, &mut got);
+                for (g, w) in got.iter().zip(&want) {
+                    let scale = crate::format::summary::scale(&sums[..2]).max(1e-3);
+                    let bound = 1e-5
+                        * (d as f32)
+                        * 8.0
+                        * scale
+                        * q.iter().map(|v| v.abs()).fold(0.0, f32::max)
+                        + 1e-6;
+                    assert!((g - w).abs() <= bound, "{} d {d}: {g} vs {w}", isa.name());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn summary_quantize_round_trips_within_half_a_step() {
+    let mut r = Rng::new(4);
+    for d in [2usize, 8, 64] {
+        let x = rand_q(&mut r, d);
+        let mut s = vec![0u8; d / 2 + 2];
+        crate::format::summary::quantize(&x, &mut s);
+        let mut y = vec![0f32; d];
+        crate::format::summary::dequantize(&s, &mut y);
+        let step = crate::format::summary::scale(&s);
+        for (a, b) in x.iter().zip(&y) {
+            assert!(
+                (a - b).abs() <= 0.5 * step * 1.01 + 1e-6,
+                "{a} vs {b} (step {step})"
+            );
+        }
+    }
+}
+
+#[test]
+fn fast_scan_matches_scalar_exactly_and_tracks_float_scores() {
+    let mut r = Rng::new(5);
+    for (n_slots, cb) in [(1usize, 1usize), (3, 2), (5, 8), (36, 8), (2, 9)] {
+        for groups in [1usize, 2, 5, 17, 33] {
+            let coarse: Vec<u32> = (0..n_slots as u32)
+                .filter(|s| s % 2 == 0 || n_slots < 3)
+                .collect();
+            let data: Vec<Vec<u8>> = (0..n_slots)
+                .map(|_| {
+                    (0..groups * cb * GROUP + 7)
+                        .map(|_| r.next() as u8)
+                        .collect()
+                })
+                .collect();
+            let streams: Vec<&[u8]> = coarse
+                .iter()
+                .map(|&s| data[s as usize].as_slice())
+                .collect();
+            let qs: Vec<Vec<f32>> = coarse.iter().map(|_| rand_q(&mut r, cb * 8)).collect();
+            let qrefs: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
+            let w: Vec<f32> = qs
+                .iter()
+                .map(|q| 1.0 / q.iter().map(|v| v * v).sum::<f32>().sqrt())
+                .collect();
+            let t = FastScanTables::new(&qrefs, &w);
+            let mut want = vec![0u16; groups * GROUP];
+            scalar::fast_scan(&t, &streams, &mut want);
+            for isa in Isa::supported() {
+                let mut got = vec![1u16; groups * GROUP];
+                fast_scan(isa, &t, &streams, &mut got);
+                assert_eq!(
+                    got,
+                    want,
+                    "{} slots {n_slots} cb {cb} groups {groups}",
+                    isa.name()
+                );
+            }
+            // The quantized score follows the float one: offset + step·u16
+            // is within half a step per table of Σ w·<q, bits>.
+            for (blk, &got) in want.iter().enumerate() {
+                let (g, j) = (blk / GROUP, blk % GROUP);
+                let mut exact = 0f32;
+                for (si, &s) in coarse.iter().enumerate() {
+                    for d in 0..cb * 8 {
+                        let byte = data[s as usize][(g * cb + d / 8) * GROUP + j];
+                        if byte >> (d % 8) & 1 == 1 {
+                            exact += w[si] * qs[si][d];
+                        }
+                    }
+                }
+                let approx = t.offset + t.step * got as f32;
+                let tol = t.step * 0.5 * (coarse.len() * cb * 2) as f32 + 1e-4;
+                assert!(
+                    (approx - exact).abs() <= tol,
+                    "block {blk}: {approx} vs {exact}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn fast_scan_tables_never_overflow_u16() {
+    // Many slots with one dominant query: the worst case is every lookup at
+    // its table maximum.
+    let qs: Vec<Vec<f32>> = (0..64)
+        .map(|i| vec![if i == 0 { 100.0 } else { 1.0 }; 64])
+        .collect();
+    let qrefs: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
+    let t = FastScanTables::new(&qrefs, &vec![1.0; 64]);
+    let total: u32 = t
+        .tables
+        .chunks_exact(16)
+        .map(|c| *c.iter().max().unwrap() as u32)
+        .sum();
+    assert!(total <= 65535, "max total {total}");
+    assert!(t.tables.iter().all(|&v| v <= 127));
+}

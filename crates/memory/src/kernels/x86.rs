@@ -1,0 +1,271 @@
+//! x86-64 twins of [`super::scalar`]. The fast scan and LUT scoring equal
+//! the scalar results bit for bit (same integer sums; same float additions
+//! in the same order); the int4 dot sums in another order.
+
+use super::{FastScanTables, GROUP};
+use core::arch::x86_64::*;
+
+/// # Safety
+/// The CPU must support AVX2; `tables.len() = 256·cb`, `codes.len() =
+/// out.len()·cb`.
+#[target_feature(enable = "avx2")]
+pub unsafe fn lut_scores_avx2(tables: &[f32], codes: &[u8], out: &mut [f32]) {
+    let cb = tables.len() / 256;
+    let n = out.len();
+    let k = cb as i32;
+    let offsets = _mm256_setr_epi32(0, k, 2 * k, 3 * k, 4 * k, 5 * k, 6 * k, 7 * k);
+    let byte = _mm256_set1_epi32(0xff);
+    let mut t = 0;
+    // Each index gather reads 4 bytes from a code byte on, so 8 tokens go
+    // through SIMD only while the last of those 3 extra bytes is inside
+    // `codes`; the rest take the scalar loop.
+    while t + 8 <= n && (t + 8) * cb + 3 <= codes.len() {
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..cb {
+            // SAFETY: the gather reads bytes (t + i)·cb + b ..= +3 for
+            // i < 8, all below (t + 8)·cb + 3 <= codes.len() (loop guard).
+            let idx = unsafe {
+                let base = codes.as_ptr().add(t * cb + b) as *const i32;
+                _mm256_i32gather_epi32::<1>(base, offsets)
+            };
+            let idx = _mm256_add_epi32(
+                _mm256_and_si256(idx, byte),
+                _mm256_set1_epi32(b as i32 * 256),
+            );
+            // SAFETY: every index is b·256 + (a byte) < 256·cb = tables.len().
+            let v = unsafe { _mm256_i32gather_ps::<4>(tables.as_ptr(), idx) };
+            acc = _mm256_add_ps(acc, v);
+        }
+        // SAFETY: t + 8 <= n = out.len().
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(t), acc) };
+        t += 8;
+    }
+    super::scalar::lut_scores(tables, &codes[t * cb..], &mut out[t..]);
+}
+
+/// # Safety
+/// The CPU must support AVX-512 F/BW; lengths as [`lut_scores_avx2`].
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+pub unsafe fn lut_scores_avx512(tables: &[f32], codes: &[u8], out: &mut [f32]) {
+    let cb = tables.len() / 256;
+    let n = out.len();
+    let k = cb as i32;
+    let offsets = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(k),
+    );
+    let byte = _mm512_set1_epi32(0xff);
+    let mut t = 0;
+    while t + 16 <= n && (t + 16) * cb + 3 <= codes.len() {
+        let mut acc = _mm512_setzero_ps();
+        for b in 0..cb {
+            // SAFETY: reads bytes (t + i)·cb + b ..= +3 for i < 16, all
+            // below (t + 16)·cb + 3 <= codes.len() (loop guard).
+            let idx = unsafe {
+                let base = codes.as_ptr().add(t * cb + b);
+                _mm512_i32gather_epi32::<1>(offsets, base as *const i32)
+            };
+            let idx = _mm512_add_epi32(
+                _mm512_and_si512(idx, byte),
+                _mm512_set1_epi32(b as i32 * 256),
+            );
+            // SAFETY: every index is below 256·cb = tables.len().
+            let v = unsafe { _mm512_i32gather_ps::<4>(idx, tables.as_ptr()) };
+            acc = _mm512_add_ps(acc, v);
+        }
+        // SAFETY: t + 16 <= n = out.len().
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(t), acc) };
+        t += 16;
+    }
+    // SAFETY: same CPU features; the rest of the slices keep the lengths'
+    // relation.
+    unsafe { lut_scores_avx2(tables, &codes[t * cb..], &mut out[t..]) }
+}
+
+/// # Safety
+/// The CPU must support AVX2 and FMA; `s.len() >= q.len()/2 + 2`, `q.len()`
+/// even.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn int4_dot_avx2(q: &[f32], s: &[u8]) -> f32 {
+    let d = q.len();
+    let nib = &s[2..2 + d / 2];
+    let m = _mm_set1_epi8(15);
+    let eight = _mm_set1_epi8(8);
+    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut i = 0;
+    while i + 16 <= d {
+        // SAFETY: 8 nibble bytes from i/2: i/2 + 8 <= d/2 = nib.len().
+        let b = unsafe { _mm_loadl_epi64(nib.as_ptr().add(i / 2) as *const __m128i) };
+        let lo = _mm_and_si128(b, m);
+        let hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+        let v = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), eight);
+        let v0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+        let v1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)));
+        // SAFETY: i + 16 <= d = q.len().
+        let (q0, q1) = unsafe {
+            (
+                _mm256_loadu_ps(q.as_ptr().add(i)),
+                _mm256_loadu_ps(q.as_ptr().add(i + 8)),
+            )
+        };
+        a0 = _mm256_fmadd_ps(v0, q0, a0);
+        a1 = _mm256_fmadd_ps(v1, q1, a1);
+        i += 16;
+    }
+    let a = _mm256_add_ps(a0, a1);
+    let h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    let mut acc = _mm_cvtss_f32(h);
+    while i < d {
+        let b = nib[i / 2];
+        acc += q[i] * ((b & 15) as i32 - 8) as f32;
+        acc += q[i + 1] * ((b >> 4) as i32 - 8) as f32;
+        i += 2;
+    }
+    acc * crate::format::summary::scale(s)
+}
+
+/// Groups summed per pass over the slots: each slot's run of up to 16
+/// groups (8 KB for 8-byte codes) is read whole before the next slot's,
+/// with the sums kept in L1, so a scan of every slot reads the index's
+/// tiles front to back (see [`crate::index`]).
+const TILE: usize = 16;
+
+/// # Safety
+/// The CPU must support AVX2; every slot holds `out.len()/GROUP` groups of
+/// `code_bytes · GROUP` bytes; `t` is built for `slots.len()` slots.
+#[target_feature(enable = "avx2")]
+pub unsafe fn fast_scan_avx2(t: &FastScanTables, slots: &[&[u8]], out: &mut [u16]) {
+    let cb = t.code_bytes;
+    let groups = out.len() / GROUP;
+    let m = _mm256_set1_epi8(15);
+    let low = _mm256_set1_epi16(0xff);
+    // Per group of the tile: even and odd blocks of both 32-block halves.
+    let mut acc = [_mm256_setzero_si256(); 4 * TILE];
+    for t0 in (0..groups).step_by(TILE) {
+        let tn = TILE.min(groups - t0);
+        acc.fill(_mm256_setzero_si256());
+        for (si, slot) in slots.iter().enumerate() {
+            for g in 0..tn {
+                for half in 0..2 {
+                    let (mut even, mut odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                    for b in 0..cb {
+                        let row = ((t0 + g) * cb + b) * GROUP + half * 32;
+                        let tab = (si * cb + b) * 32;
+                        // SAFETY: row + 32 <= (t0 + g + 1)·cb·GROUP <=
+                        // slot.len() since b < cb and t0 + g < groups;
+                        // tab + 32 <= tables.len().
+                        let (v, tl, th) = unsafe {
+                            (
+                                _mm256_loadu_si256(slot.as_ptr().add(row) as *const __m256i),
+                                _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                    t.tables.as_ptr().add(tab) as *const __m128i,
+                                )),
+                                _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                    t.tables.as_ptr().add(tab + 16) as *const __m128i,
+                                )),
+                            )
+                        };
+                        let lo = _mm256_and_si256(v, m);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+                        // Entries are at most 127, so a pair fits a byte.
+                        let s = _mm256_add_epi8(
+                            _mm256_shuffle_epi8(tl, lo),
+                            _mm256_shuffle_epi8(th, hi),
+                        );
+                        even = _mm256_add_epi16(even, _mm256_and_si256(s, low));
+                        odd = _mm256_add_epi16(odd, _mm256_srli_epi16(s, 8));
+                    }
+                    let k = 4 * g + 2 * half;
+                    acc[k] = _mm256_add_epi16(acc[k], even);
+                    acc[k + 1] = _mm256_add_epi16(acc[k + 1], odd);
+                }
+            }
+        }
+        for g in 0..tn {
+            for half in 0..2 {
+                let k = 4 * g + 2 * half;
+                // u16 lane i of `even` is block 2i, of `odd` block 2i + 1
+                // (per 128-bit lane); interleave them back into block order.
+                let lo = _mm256_unpacklo_epi16(acc[k], acc[k + 1]);
+                let hi = _mm256_unpackhi_epi16(acc[k], acc[k + 1]);
+                let o = (t0 + g) * GROUP + half * 32;
+                // SAFETY: o + 32 <= (t0 + g + 1)·GROUP <= out.len().
+                unsafe {
+                    _mm256_storeu_si256(
+                        out.as_mut_ptr().add(o) as *mut __m256i,
+                        _mm256_permute2x128_si256::<0x20>(lo, hi),
+                    );
+                    _mm256_storeu_si256(
+                        out.as_mut_ptr().add(o + 16) as *mut __m256i,
+                        _mm256_permute2x128_si256::<0x31>(lo, hi),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX-512 F/BW; sizes as [`fast_scan_avx2`].
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+pub unsafe fn fast_scan_avx512(t: &FastScanTables, slots: &[&[u8]], out: &mut [u16]) {
+    let cb = t.code_bytes;
+    let groups = out.len() / GROUP;
+    let m = _mm512_set1_epi8(15);
+    let low = _mm512_set1_epi16(0xff);
+    let first = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+    let second = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    let mut acc = [_mm512_setzero_si512(); 2 * TILE];
+    for t0 in (0..groups).step_by(TILE) {
+        let tn = TILE.min(groups - t0);
+        acc.fill(_mm512_setzero_si512());
+        for (si, slot) in slots.iter().enumerate() {
+            for g in 0..tn {
+                let (mut even, mut odd) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                for b in 0..cb {
+                    let row = ((t0 + g) * cb + b) * GROUP;
+                    let tab = (si * cb + b) * 32;
+                    // SAFETY: row + 64 <= (t0 + g + 1)·cb·GROUP <=
+                    // slot.len(); tab + 32 <= tables.len().
+                    let (v, tl, th) = unsafe {
+                        (
+                            _mm512_loadu_si512(slot.as_ptr().add(row) as *const _),
+                            _mm512_broadcast_i32x4(_mm_loadu_si128(
+                                t.tables.as_ptr().add(tab) as *const __m128i
+                            )),
+                            _mm512_broadcast_i32x4(_mm_loadu_si128(
+                                t.tables.as_ptr().add(tab + 16) as *const __m128i,
+                            )),
+                        )
+                    };
+                    let lo = _mm512_and_si512(v, m);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+                    let s =
+                        _mm512_add_epi8(_mm512_shuffle_epi8(tl, lo), _mm512_shuffle_epi8(th, hi));
+                    even = _mm512_add_epi16(even, _mm512_and_si512(s, low));
+                    odd = _mm512_add_epi16(odd, _mm512_srli_epi16(s, 8));
+                }
+                acc[2 * g] = _mm512_add_epi16(acc[2 * g], even);
+                acc[2 * g + 1] = _mm512_add_epi16(acc[2 * g + 1], odd);
+            }
+        }
+        for g in 0..tn {
+            let lo = _mm512_unpacklo_epi16(acc[2 * g], acc[2 * g + 1]);
+            let hi = _mm512_unpackhi_epi16(acc[2 * g], acc[2 * g + 1]);
+            let o = (t0 + g) * GROUP;
+            // SAFETY: o + 64 <= out.len().
+            unsafe {
+                _mm512_storeu_si512(
+                    out.as_mut_ptr().add(o) as *mut _,
+                    _mm512_permutex2var_epi64(lo, first, hi),
+                );
+                _mm512_storeu_si512(
+                    out.as_mut_ptr().add(o + 32) as *mut _,
+                    _mm512_permutex2var_epi64(lo, second, hi),
+                );
+            }
+        }
+    }
+}

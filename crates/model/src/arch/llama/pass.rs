@@ -1,0 +1,523 @@
+//! The llama family's forward pass, llama2.c style: every buffer carries
+//! its shape, and [`Pass::forward`] reads top to bottom as the steps below.
+//! A call takes a batch of `n` tokens (a prompt, one decode token, or one
+//! token per server slot); every row below is `(n, ·)`.
+//!
+//! ```text
+//! x = embed(tokens)                                       (n, dim)       embed
+//! for each layer:
+//!     xb = rmsnorm(x) · attn_norm                                        qkv
+//!     q, k, v = xb·Wqᵀ (+bq), xb·Wkᵀ (+bk), xb·Wvᵀ (+bv)    qwen2 biases
+//!     q, k = per-head rmsnorm(q), rmsnorm(k)              qwen3
+//!     (captured layers keep q and k here, before RoPE)
+//!     q, k = rope(q, pos), rope(k, pos)
+//!     cache[layer][pos] = k, v                            f16, f32 or q8_0
+//!     per token t, head h (kv head h / group):                           attend
+//!         softmax(q·Kᵀ/√d over positions ≤ pos_t)·V
+//!     x += att·Woᵀ
+//!     xb = rmsnorm(x) · ffn_norm                                         mlp
+//!     x += (silu(xb·Wgateᵀ) ⊙ xb·Wupᵀ)·Wdownᵀ
+//! logits = (rmsnorm(x) · output_norm)·Woutᵀ               rows asked for head
+//! ```
+//!
+//! The matrix products run over the pool ([`kernels::matmul`]: a weight row
+//! is loaded once per batch), and so do the attention heads once there is
+//! enough work; element-wise ops stay on the calling thread. Every output
+//! element is computed the same way whatever the batch size or thread count,
+//! so a prompt evaluated in one batch gives bit-identical logits to one
+//! token at a time. All buffers are allocated in [`State::new`]; a call
+//! allocates nothing.
+
+use super::weights::Weights;
+use crate::attention::attend_columns;
+use crate::batch::{check_batch, Batch, StateOptions};
+use crate::config::ModelConfig;
+use crate::kv_cache::{KvCache, KvType};
+use crate::memory::MemoryEstimate;
+use crate::pass::{Outputs, Pass};
+use crate::Error;
+use kernels::matmul::{matmul, matmul_each, MatmulScratch};
+use kernels::ops;
+use kernels::pool::ThreadPool;
+use kernels::vecops;
+
+/// Attention work (token-heads × positions) from which it is split over the
+/// pool's threads; below it, a pool run per layer costs more than the work.
+const PARALLEL_ATTENTION_FROM: usize = 128 * 9;
+
+/// Cached positions from which widening K and V is split over the pool.
+const PARALLEL_WIDEN_FROM: usize = 512;
+
+/// Activations, KV caches and scratch of the llama family, for the
+/// weights they were made for.
+pub struct State<'m> {
+    cfg: &'m ModelConfig,
+    w: &'m Weights<'m>,
+    n_ctx: usize,
+    n_batch: usize,
+    x: Vec<f32>,          // (n_batch, dim) residual stream
+    xb: Vec<f32>,         // (n_batch, dim) normed input of a block
+    q: Vec<f32>,          // (n_batch, q_dim)
+    k: Vec<f32>,          // (n_batch, kv_dim)
+    v: Vec<f32>,          // (n_batch, kv_dim)
+    att_out: Vec<f32>,    // (n_batch, q_dim) heads' weighted values
+    proj: Vec<f32>,       // (n_batch, dim) output of Wo / Wdown
+    heads: Vec<f32>,      // (n_batch, attention_floats) per head: scores, output
+    hb: Vec<f32>,         // (n_batch, ffn_dim) gate, then silu(gate)·up
+    hb2: Vec<f32>,        // (n_batch, ffn_dim) up
+    cos: Vec<f32>,        // (n_batch, n_rot/2)
+    sin: Vec<f32>,        // (n_batch, n_rot/2)
+    caches: Vec<KvCache>, // one per sequence
+    kf: Vec<f32>, // (n_ctx, kv_dim) q8_0 only: one layer's keys widened, for a group of sequences
+    vf: Vec<f32>, // (n_ctx, kv_dim) ... and values
+    seq_last: Vec<usize>, // (n_seq,) last position of each sequence in this call, or usize::MAX
+    seq_base: Vec<usize>, // (n_seq,) first row of its widened K/V in kf/vf, or usize::MAX
+    scratch: MatmulScratch,
+    out: Outputs,
+}
+
+impl<'m> State<'m> {
+    /// Allocate everything (and size the scratch for these weights, so the
+    /// first call allocates nothing either). Errors if the cache type cannot
+    /// store this model's heads.
+    pub(crate) fn new(
+        cfg: &'m ModelConfig,
+        w: &'m Weights<'m>,
+        o: &StateOptions,
+    ) -> Result<State<'m>, Error> {
+        let (n_ctx, nb) = (o.n_ctx, o.n_batch.max(1));
+        let caches = (0..o.n_seq.max(1))
+            .map(|_| KvCache::new(o.kv_type, cfg.n_layers, n_ctx, cfg.n_kv_heads, cfg.head_dim))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut s = State {
+            cfg,
+            w,
+            n_ctx,
+            n_batch: nb,
+            x: vec![0.0; nb * cfg.dim],
+            xb: vec![0.0; nb * cfg.dim],
+            q: vec![0.0; nb * cfg.q_dim()],
+            k: vec![0.0; nb * cfg.kv_dim()],
+            v: vec![0.0; nb * cfg.kv_dim()],
+            att_out: vec![0.0; nb * cfg.q_dim()],
+            proj: vec![0.0; nb * cfg.dim],
+            heads: vec![0.0; nb * attention_floats(cfg, n_ctx)],
+            hb: vec![0.0; nb * cfg.ffn_dim],
+            hb2: vec![0.0; nb * cfg.ffn_dim],
+            cos: vec![0.0; nb * cfg.rope.n_rot / 2],
+            sin: vec![0.0; nb * cfg.rope.n_rot / 2],
+            caches,
+            kf: vec![0.0; widened_kv(cfg, o)],
+            vf: vec![0.0; widened_kv(cfg, o)],
+            seq_last: vec![usize::MAX; o.n_seq.max(1)],
+            seq_base: vec![usize::MAX; o.n_seq.max(1)],
+            scratch: MatmulScratch::new(),
+            out: Outputs::new(cfg, o),
+        };
+        s.scratch.reserve(&w.output, o.logit_rows());
+        for l in &w.layers {
+            for m in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
+                s.scratch.reserve(m, nb);
+            }
+        }
+        Ok(s)
+    }
+
+    /// Sequence `seq`'s KV cache (keys after RoPE).
+    pub fn cache(&self, seq: usize) -> &KvCache {
+        &self.caches[seq]
+    }
+
+    /// x = embedding rows of the tokens, `(n, dim)`.
+    fn embed(&mut self, batch: &Batch<'_>) {
+        let (dim, emb) = (self.cfg.dim, &self.w.token_embd);
+        for (i, xt) in self.x[..batch.n * dim].chunks_exact_mut(dim).enumerate() {
+            (emb.traits().to_float)(emb.row(batch.get(i).id as usize), xt);
+        }
+    }
+
+    /// cos/sin per token, `(n, n_rot/2)`, shared by every layer and head;
+    /// and the last position of each sequence in the call (its attention
+    /// span).
+    fn positions(&mut self, batch: &Batch<'_>) {
+        let half = self.cfg.rope.n_rot / 2;
+        if half > 0 {
+            let rows = self
+                .cos
+                .chunks_exact_mut(half)
+                .zip(self.sin.chunks_exact_mut(half));
+            for (t, (c, s)) in rows.take(batch.n).enumerate() {
+                let freqs = self.w.rope_freqs.as_deref();
+                ops::rope_freqs(&self.cfg.rope, batch.get(t).pos, freqs, c, s);
+            }
+        }
+        self.seq_last.fill(usize::MAX);
+        for t in batch.iter() {
+            let last = &mut self.seq_last[t.seq];
+            *last = if *last == usize::MAX {
+                t.pos
+            } else {
+                (*last).max(t.pos)
+            };
+        }
+    }
+
+    /// xb = rmsnorm(x); q, k, v with qwen2's biases and qwen3's norms; the
+    /// captured rows kept; RoPE; k and v into each token's cache.
+    fn qkv(&mut self, pool: &ThreadPool, li: usize, batch: &Batch<'_>) {
+        let (cfg, l) = (self.cfg, &self.w.layers[li]);
+        let (n, dim, hd, half) = (batch.n, cfg.dim, cfg.head_dim, cfg.rope.n_rot / 2);
+        let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
+        let xb = &mut self.xb[..n * dim];
+        for (o, xt) in xb.chunks_exact_mut(dim).zip(self.x.chunks_exact(dim)) {
+            ops::rmsnorm(o, xt, &l.attn_norm, cfg.norm_eps);
+        }
+        let q = &mut self.q[..n * q_dim];
+        let k = &mut self.k[..n * kv_dim];
+        let v = &mut self.v[..n * kv_dim];
+        // One quantized input for all three.
+        let outs = &mut [&mut *q, &mut *k, &mut *v];
+        matmul_each(pool, &[&l.wq, &l.wk, &l.wv], xb, outs, &mut self.scratch);
+        let slot = self.out.capture.slot(li);
+        let rows = q.chunks_exact_mut(q_dim).zip(k.chunks_exact_mut(kv_dim));
+        for (t, ((qt, kt), vt)) in rows.zip(v.chunks_exact_mut(kv_dim)).enumerate() {
+            if let (Some(bq), Some(bk), Some(bv)) = (&l.bq, &l.bk, &l.bv) {
+                ops::add_inplace(qt, bq);
+                ops::add_inplace(kt, bk);
+                ops::add_inplace(vt, bv);
+            }
+            if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+                for h in qt.chunks_exact_mut(hd) {
+                    ops::rmsnorm_inplace(h, qn, cfg.norm_eps);
+                }
+                for h in kt.chunks_exact_mut(hd) {
+                    ops::rmsnorm_inplace(h, kn, cfg.norm_eps);
+                }
+            }
+            if let Some(s) = slot {
+                self.out.capture.store(s, t, qt, kt);
+            }
+            let (c, sn) = (&self.cos[t * half..][..half], &self.sin[t * half..][..half]);
+            for h in qt.chunks_exact_mut(hd).chain(kt.chunks_exact_mut(hd)) {
+                ops::rope(h, c, sn, cfg.rope.layout);
+            }
+            let tok = batch.get(t);
+            self.caches[tok.seq].store(li, tok.pos, kt, vt);
+        }
+    }
+
+    /// Per (token t, kv head g): the query heads g·group.. that share kv
+    /// head g (GQA) attend over positions 0..=pos_t; then x += att·Woᵀ.
+    /// Queries stay f32 (rounding them to f16 too, as ggml's f16 path does,
+    /// doubled the logit difference to llama.cpp's f32-cache reference).
+    fn attend(&mut self, pool: &ThreadPool, li: usize, batch: &Batch<'_>) {
+        if self.caches[0].layer(li).columns().is_some() {
+            self.attend_columns(pool, li, batch);
+        } else {
+            self.attend_rows(pool, li, batch);
+        }
+        let (n, dim, q_dim) = (batch.n, self.cfg.dim, self.cfg.q_dim());
+        let (wo, proj) = (&self.w.layers[li].wo, &mut self.proj[..n * dim]);
+        matmul(
+            pool,
+            wo,
+            &self.att_out[..n * q_dim],
+            proj,
+            &mut self.scratch,
+        ); // (n, dim)
+        ops::add_inplace(&mut self.x[..n * dim], proj);
+    }
+
+    /// f16/f32 caches, stored by columns: the multi-head kernel reads them
+    /// in place, one key load serving the whole group.
+    fn attend_columns(&mut self, pool: &ThreadPool, li: usize, batch: &Batch<'_>) {
+        let cfg = self.cfg;
+        let (n, hd, q_dim, n_ctx, nkv) = (
+            batch.n,
+            cfg.head_dim,
+            cfg.q_dim(),
+            self.n_ctx,
+            cfg.n_kv_heads,
+        );
+        let group = cfg.n_heads / nkv;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let (q, caches) = (&self.q[..n * q_dim], &*self.caches);
+        let sl = vecops::scores_len(n_ctx);
+        let item = group * (sl + hd); // the group's scores, then its output
+        let items = &mut self.heads[..n * nkv * item];
+        let attend = |start: usize, buf: &mut [f32], _thread: usize| {
+            let ti = start / item; // token · n_kv_heads + kv head
+            let (t, g) = (ti / nkv, ti % nkv);
+            let tok = batch.get(t);
+            let (scores, out) = buf.split_at_mut(group * sl);
+            let qg = &q[t * q_dim + g * group * hd..][..group * hd]; // (group, head_dim)
+            let cols = caches[tok.seq].layer(li).columns();
+            let cols = cols.expect("every cache of a state has the same type");
+            attend_columns(cols, g, hd, n_ctx, qg, tok.pos, scale, scores, out);
+        };
+        let work: usize = batch.iter().map(|t| cfg.n_heads * (t.pos + 1)).sum();
+        if pool.n_threads() > 1 && work >= PARALLEL_ATTENTION_FROM {
+            pool.for_each_chunk_mut(items, item, attend);
+        } else {
+            for (i, buf) in items.chunks_exact_mut(item).enumerate() {
+                attend(i * item, buf, 0);
+            }
+        }
+        let att_out = self.att_out[..n * q_dim].chunks_exact_mut(group * hd);
+        for (o, buf) in att_out.zip(items.chunks_exact(item)) {
+            o.copy_from_slice(&buf[group * sl..]);
+        }
+    }
+
+    /// A q8_0 cache, stored by rows: sequences are taken in groups whose
+    /// K/V, widened to f32 ([`State::widen_group`]), fit the n_ctx rows of
+    /// `kf`/`vf`, each group in one pass over the pool
+    /// ([`State::attend_group`]), so several short sequences share one
+    /// dispatch.
+    fn attend_rows(&mut self, pool: &ThreadPool, li: usize, batch: &Batch<'_>) {
+        let (n, hd, n_ctx) = (batch.n, self.cfg.head_dim, self.n_ctx);
+        let mut next = 0;
+        while next < self.caches.len() {
+            let used;
+            (next, used) = self.widen_group(pool, li, next);
+            if used == 0 {
+                break;
+            }
+            self.attend_group(pool, batch);
+        }
+        let stride = head_stride(self.cfg, n_ctx);
+        let heads = &self.heads[..n * self.cfg.n_heads * stride];
+        for (i, buf) in heads.chunks_exact(stride).enumerate() {
+            self.att_out[i * hd..(i + 1) * hd].copy_from_slice(&buf[n_ctx..n_ctx + hd]);
+        }
+    }
+
+    /// Widen layer `li`'s keys and values of the call's sequences from
+    /// `first` on into `kf`/`vf` while they fit (one block conversion each,
+    /// split over the pool when long), marking where each starts in
+    /// `seq_base`. Returns the next sequence and the rows used.
+    fn widen_group(&mut self, pool: &ThreadPool, li: usize, first: usize) -> (usize, usize) {
+        let kv_dim = self.cfg.kv_dim();
+        self.seq_base.fill(usize::MAX);
+        let (mut next, mut used) = (first, 0);
+        while next < self.caches.len() {
+            let last = self.seq_last[next];
+            if last == usize::MAX {
+                next += 1;
+                continue;
+            }
+            let n_pos = last + 1;
+            if used > 0 && used + n_pos > self.n_ctx {
+                break;
+            }
+            self.seq_base[next] = used;
+            let kv = self.caches[next].layer(li);
+            let span = used * kv_dim..(used + n_pos) * kv_dim;
+            let (kf, vf) = (&mut self.kf[span.clone()], &mut self.vf[span]);
+            if pool.n_threads() > 1 && n_pos >= PARALLEL_WIDEN_FROM {
+                let rows = (n_pos / (4 * pool.n_threads())).max(64) * kv_dim;
+                pool.for_each_chunk_mut(kf, rows, |start, out, _| {
+                    let p = start / kv_dim;
+                    kv.widen_keys(p..p + out.len() / kv_dim, out);
+                });
+                pool.for_each_chunk_mut(vf, rows, |start, out, _| {
+                    let p = start / kv_dim;
+                    kv.widen_values(p..p + out.len() / kv_dim, out);
+                });
+            } else {
+                kv.widen_keys(0..n_pos, kf);
+                kv.widen_values(0..n_pos, vf);
+            }
+            used += n_pos;
+            next += 1;
+        }
+        (next, used)
+    }
+
+    /// Per (token, query head) of the sequences widened into `kf`/`vf`:
+    /// scores, softmax and the weighted sum of values, into `heads`.
+    fn attend_group(&mut self, pool: &ThreadPool, batch: &Batch<'_>) {
+        let cfg = self.cfg;
+        let (n, hd, q_dim, kv_dim, n_ctx) =
+            (batch.n, cfg.head_dim, cfg.q_dim(), cfg.kv_dim(), self.n_ctx);
+        let (group, scale) = (cfg.n_heads / cfg.n_kv_heads, 1.0 / (hd as f32).sqrt());
+        let stride = head_stride(cfg, n_ctx);
+        let (q, kf, vf, base) = (&self.q[..n * q_dim], &*self.kf, &*self.vf, &*self.seq_base);
+        // One (token, head) per chunk of `heads`: scores, then output.
+        let head = |start: usize, buf: &mut [f32], _thread: usize| {
+            let th = start / stride; // token · n_heads + head
+            let (t, h) = (th / cfg.n_heads, th % cfg.n_heads);
+            let tok = batch.get(t);
+            let b = base[tok.seq];
+            if b == usize::MAX {
+                return; // not in this group
+            }
+            let (kf, vf) = (&kf[b * kv_dim..], &vf[b * kv_dim..]); // (used, kv_dim) each
+            let kvh = h / group;
+            let q_h = &q[t * q_dim + h * hd..][..hd]; // (head_dim,)
+            let (scores, rest) = buf.split_at_mut(n_ctx);
+            let out = &mut rest[..hd]; // (head_dim,)
+            let att = &mut scores[..=tok.pos]; // (pos + 1,)
+                                               // Key/value row p of this kv head: kf[p·kv_dim + kvh·hd..][..hd].
+            ops::dot_rows(q_h, &kf[kvh * hd..], kv_dim, att);
+            for a in att.iter_mut() {
+                *a *= scale;
+            }
+            ops::softmax(att);
+            out.fill(0.0);
+            ops::axpy_rows(out, att, &vf[kvh * hd..], kv_dim);
+        };
+        // Spread (token, head) pairs over the pool once there is enough
+        // work; each is computed the same way either way.
+        let work: usize = (batch.iter())
+            .filter(|t| base[t.seq] != usize::MAX)
+            .map(|t| cfg.n_heads * (t.pos + 1))
+            .sum();
+        let heads = &mut self.heads[..n * cfg.n_heads * stride];
+        if pool.n_threads() > 1 && work >= PARALLEL_ATTENTION_FROM {
+            pool.for_each_chunk_mut(heads, stride, head);
+        } else {
+            for (i, buf) in heads.chunks_exact_mut(stride).enumerate() {
+                head(i * stride, buf, 0);
+            }
+        }
+    }
+
+    /// xb = rmsnorm(x); x += (silu(xb·Wgateᵀ) ⊙ xb·Wupᵀ)·Wdownᵀ.
+    fn mlp(&mut self, pool: &ThreadPool, li: usize, n: usize) {
+        let (cfg, l) = (self.cfg, &self.w.layers[li]);
+        let (dim, ffn) = (cfg.dim, cfg.ffn_dim);
+        let (x, xb) = (&mut self.x[..n * dim], &mut self.xb[..n * dim]);
+        for (o, xt) in xb.chunks_exact_mut(dim).zip(x.chunks_exact(dim)) {
+            ops::rmsnorm(o, xt, &l.ffn_norm, cfg.norm_eps);
+        }
+        // gate and up (n, ffn_dim) each, from one quantized input.
+        let (hb, hb2) = (&mut self.hb[..n * ffn], &mut self.hb2[..n * ffn]);
+        let outs = &mut [&mut *hb, &mut *hb2];
+        matmul_each(pool, &[&l.w_gate, &l.w_up], xb, outs, &mut self.scratch);
+        ops::swiglu(hb, hb2);
+        let proj = &mut self.proj[..n * dim];
+        matmul(pool, &l.w_down, hb, proj, &mut self.scratch); // (n, dim)
+        ops::add_inplace(x, proj);
+    }
+
+    /// logits = rmsnorm(x) · Woutᵀ for the rows asked for, `(rows, vocab)`.
+    fn head(&mut self, pool: &ThreadPool) {
+        let (cfg, w) = (self.cfg, self.w);
+        let (dim, rows) = (cfg.dim, &self.out.rows);
+        let xb = &mut self.xb[..rows.len() * dim];
+        for (o, &r) in xb.chunks_exact_mut(dim).zip(rows) {
+            ops::rmsnorm(
+                o,
+                &self.x[r * dim..(r + 1) * dim],
+                &w.output_norm,
+                cfg.norm_eps,
+            );
+        }
+        let n_logits = rows.len() * cfg.vocab_size;
+        self.out.n_logits = n_logits;
+        let logits = &mut self.out.logits[..n_logits];
+        matmul(pool, &w.output, xb, logits, &mut self.scratch);
+    }
+}
+
+impl Pass for State<'_> {
+    fn forward(&mut self, pool: &ThreadPool, batch: Batch<'_>) -> &[f32] {
+        let lim = self.out.limits(self.n_batch, self.caches.len(), self.n_ctx);
+        check_batch(&lim, &batch, &mut self.out.rows);
+        self.out.begin(batch.n);
+        self.embed(&batch);
+        self.positions(&batch);
+        for li in 0..=self.out.last_layer() {
+            self.qkv(pool, li, &batch);
+            self.attend(pool, li, &batch);
+            self.mlp(pool, li, batch.n);
+        }
+        if self.out.head() {
+            self.head(pool);
+        }
+        self.out.logits()
+    }
+
+    fn outputs(&self) -> &Outputs {
+        &self.out
+    }
+
+    fn outputs_mut(&mut self) -> &mut Outputs {
+        &mut self.out
+    }
+
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    fn n_batch(&self) -> usize {
+        self.n_batch
+    }
+
+    fn n_seq(&self) -> usize {
+        self.caches.len()
+    }
+
+    fn kv_type(&self) -> KvType {
+        self.caches[0].ty()
+    }
+
+    fn kv_bytes(&self) -> usize {
+        self.caches.iter().map(KvCache::bytes).sum()
+    }
+
+    /// Every layer has keys.
+    fn capture(&mut self, layers: &[usize]) -> Result<(), Error> {
+        self.out.capture.set(layers)
+    }
+}
+
+/// Floats of one layer's keys (or values) widened to f32, for a cache
+/// stored by rows (q8_0); other caches are read in place.
+fn widened_kv(cfg: &ModelConfig, o: &StateOptions) -> usize {
+    match o.kv_type {
+        KvType::Q8_0 => o.n_ctx * cfg.kv_dim(),
+        KvType::F16 | KvType::F32 => 0,
+    }
+}
+
+/// Floats per (token, head) work area of attention over a cache stored by
+/// rows: scores over the context, the head's output.
+fn head_stride(cfg: &ModelConfig, n_ctx: usize) -> usize {
+    n_ctx + cfg.head_dim
+}
+
+/// Floats of attention work area per token, for either cache layout: per
+/// head, scores over the context (rounded up for the column kernel) and
+/// the head's output.
+fn attention_floats(cfg: &ModelConfig, n_ctx: usize) -> usize {
+    cfg.n_heads * (vecops::scores_len(n_ctx) + cfg.head_dim)
+}
+
+/// What a [`State`] made with `o` will hold (an unusable cache type counts
+/// as f16 here; making the state reports it).
+pub(crate) fn memory(cfg: &ModelConfig, weights_bytes: u64, o: &StateOptions) -> MemoryEstimate {
+    let (n_ctx, nb) = (o.n_ctx, o.n_batch.max(1));
+    let kv = |ty| KvCache::bytes_for(ty, cfg.n_layers, n_ctx, cfg.n_kv_heads, cfg.head_dim);
+    let kv_cache = kv(o.kv_type).or_else(|| kv(KvType::F16)).unwrap_or(0) * o.n_seq.max(1) as u64;
+    let per_token = 4 * cfg.dim
+        + 2 * cfg.q_dim()
+        + 2 * cfg.kv_dim()
+        + 2 * cfg.ffn_dim
+        + attention_floats(cfg, n_ctx)
+        + cfg.rope.n_rot;
+    // Plus, for a q8_0 cache, one layer's K and V widened to f32.
+    let floats = nb * per_token + o.logit_rows() * cfg.vocab_size + 2 * widened_kv(cfg, o);
+    // Plus the quantized activations (at most ~1.1 bytes per input
+    // float, rows rounded up to cache lines) and the transposed output.
+    let widest = cfg.dim.max(cfg.ffn_dim).max(cfg.q_dim());
+    let scratch = floats as u64 * 4
+        + nb as u64 * (2 * widest as u64 + 64)
+        + 4 * (nb * cfg.vocab_size.max(widest)) as u64;
+    MemoryEstimate {
+        weights: weights_bytes,
+        kv_cache,
+        scratch,
+    }
+}

@@ -1,0 +1,111 @@
+//! The interface between [`crate::State`] and an architecture's own state
+//! ([`Pass`]), and what every architecture's state keeps alike
+//! ([`Outputs`]: logits, captured keys and queries, where to stop).
+
+use crate::batch::{Batch, Limits, StateOptions};
+use crate::capture::Capture;
+use crate::config::ModelConfig;
+use crate::kv_cache::KvType;
+use crate::Error;
+use kernels::pool::ThreadPool;
+
+/// An architecture's state: its caches and buffers, paired with the
+/// weights it was made for.
+pub(crate) trait Pass {
+    /// Run a batch and return the logits of its tokens that asked for
+    /// them, `(rows, vocab)` (none when the state stops before the head).
+    /// Panics as [`crate::State::forward`] documents.
+    fn forward(&mut self, pool: &ThreadPool, batch: Batch<'_>) -> &[f32];
+    fn outputs(&self) -> &Outputs;
+    fn outputs_mut(&mut self) -> &mut Outputs;
+    fn n_ctx(&self) -> usize;
+    fn n_batch(&self) -> usize;
+    fn n_seq(&self) -> usize;
+    fn kv_type(&self) -> KvType;
+    /// Bytes of the per-sequence caches.
+    fn kv_bytes(&self) -> usize;
+    /// Capture these layers' pre-RoPE keys and queries from the next call
+    /// on; errors if one has none.
+    fn capture(&mut self, layers: &[usize]) -> Result<(), Error>;
+}
+
+/// What a call leaves besides the caches, and how far it goes.
+pub(crate) struct Outputs {
+    pub logits: Vec<f32>, // (logit rows, vocab)
+    /// Floats of `logits` the last call filled.
+    pub n_logits: usize,
+    /// Tokens of the last call whose logits were asked for.
+    pub rows: Vec<usize>,
+    pub capture: Capture,
+    /// Evaluate layers `0..=last` only and skip the output head.
+    last_layer: Option<usize>,
+    n_layers: usize,
+    vocab: usize,
+}
+
+impl Outputs {
+    pub fn new(cfg: &ModelConfig, o: &StateOptions) -> Outputs {
+        let nb = o.n_batch.max(1);
+        Outputs {
+            logits: vec![0.0; o.logit_rows() * cfg.vocab_size],
+            n_logits: 0,
+            rows: Vec::with_capacity(nb),
+            capture: Capture::new(cfg.n_layers, nb, cfg.q_dim(), cfg.kv_dim()),
+            last_layer: None,
+            n_layers: cfg.n_layers,
+            vocab: cfg.vocab_size,
+        }
+    }
+
+    pub fn logits(&self) -> &[f32] {
+        &self.logits[..self.n_logits]
+    }
+
+    pub fn logits_mut(&mut self) -> &mut [f32] {
+        &mut self.logits[..self.n_logits]
+    }
+
+    /// The last layer a call evaluates.
+    pub fn last_layer(&self) -> usize {
+        self.last_layer.unwrap_or(self.n_layers - 1)
+    }
+
+    /// Whether a call ends with the output head.
+    pub fn head(&self) -> bool {
+        self.last_layer.is_none()
+    }
+
+    pub fn set_last_layer(&mut self, last: Option<usize>) -> Result<(), Error> {
+        if let Some(l) = last.filter(|&l| l >= self.n_layers) {
+            return Err(Error::Layer {
+                layer: l,
+                problem: format!("the model has {} layers", self.n_layers),
+            });
+        }
+        self.last_layer = last;
+        Ok(())
+    }
+
+    /// A state's limits for [`crate::batch::check_batch`]: without the
+    /// head, any token may ask for logits (it gets none).
+    pub fn limits(&self, n_batch: usize, n_seq: usize, n_ctx: usize) -> Limits {
+        Limits {
+            n_batch,
+            n_seq,
+            n_ctx,
+            vocab: self.vocab,
+            logit_rows: if self.head() {
+                self.logits.len() / self.vocab.max(1)
+            } else {
+                usize::MAX
+            },
+        }
+    }
+
+    /// A call of `n` tokens begins: no logits yet, captures sized to it.
+    pub fn begin(&mut self, n: usize) {
+        self.n_logits = 0;
+        let last = self.last_layer();
+        self.capture.begin(n, last);
+    }
+}

@@ -242,6 +242,8 @@ check_input "chat < /dev/zero" "longer than" "$bin" chat -n 1
 check_input "run -m /dev/zero" "not a regular file" "$bin" run -m /dev/zero -p x
 check_input "run -m FIFO (no writer)" "not a regular file" "$bin" run -m "$work/fifo" -p x
 check_input "inspect FIFO" "not a regular file" "$bin" inspect "$work/fifo"
+check_input "memory inspect FIFO" "not a regular file" "$bin" memory inspect "$work/fifo"
+check_input "memory verify FIFO" "not a regular file" "$bin" memory verify "$work/fifo"
 check_input "serve --api-key-file /dev/zero" "longer than" "$bin" serve --port 0 --api-key-file /dev/zero
 check_input "serve --api-key ''" "API key is empty" "$bin" serve --port 0 --api-key ""
 

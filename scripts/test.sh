@@ -68,31 +68,30 @@ else
     echo "*** NOTE: could not install the aarch64 target; NEON code not checked ***"
 fi
 
-step "fuzz the GGUF header parser (60 s, nightly + cargo-fuzz)"
+step "fuzz targets (nightly + cargo-fuzz): GGUF header 60 s; HTTP requests, chat templates, tokenizers, memory-file reader 30 s each"
+# Seed corpora are committed under fuzz/seeds/TARGET; what the fuzzer adds
+# goes to fuzz/corpus/TARGET (not committed). A crash fails the step with
+# the input saved under fuzz/artifacts/TARGET/.
 if cargo +nightly --version >/dev/null 2>&1; then
     command -v cargo-fuzz >/dev/null 2>&1 || cargo install --quiet --locked cargo-fuzz
-    mkdir -p fuzz/corpus/gguf_header
-    if (cd fuzz && cargo +nightly fuzz run gguf_header corpus/gguf_header seeds -- -max_total_time=60 -rss_limit_mb=2048) > target/fuzz.log 2>&1; then
-        grep -E "^Done" target/fuzz.log
-    else
-        grep -vE "^#[0-9]" target/fuzz.log | tail -60
-        echo "fuzzing found a failure (input saved under fuzz/artifacts/)" >&2
-        exit 1
-    fi
+    (cd fuzz && cargo +nightly fuzz build --release) > target/fuzz-build.log 2>&1 \
+        || { tail -40 target/fuzz-build.log; echo "building the fuzz targets failed" >&2; exit 1; }
+    for target in gguf_header:60 http_request:30 chat_template:30 tokenize:30 memory_file:30; do
+        name=${target%%:*}
+        secs=${target##*:}
+        mkdir -p fuzz/corpus/$name
+        # -timeout: one input taking 20 s is a hang, not a slow machine.
+        if (cd fuzz && cargo +nightly fuzz run --release $name corpus/$name seeds/$name -- \
+                -max_total_time=$secs -rss_limit_mb=2048 -timeout=20) > target/fuzz-$name.log 2>&1; then
+            echo "[$name] $(grep -E "^Done" target/fuzz-$name.log)"
+        else
+            grep -vE "^#[0-9]" target/fuzz-$name.log | tail -60
+            echo "fuzzing $name found a failure (input saved under fuzz/artifacts/$name/)" >&2
+            exit 1
+        fi
+    done
 else
     echo "*** NOTE: no nightly toolchain; fuzzing skipped ***"
-fi
-
-step "fuzz the memory-file reader (30 s, nightly + cargo-fuzz)"
-if cargo +nightly --version >/dev/null 2>&1; then
-    mkdir -p fuzz/corpus/memory_file
-    if (cd fuzz && cargo +nightly fuzz run memory_file corpus/memory_file seeds/memory_file -- -max_total_time=30 -rss_limit_mb=2048) > target/fuzz-memory.log 2>&1; then
-        grep -E "^Done" target/fuzz-memory.log
-    else
-        grep -vE "^#[0-9]" target/fuzz-memory.log | tail -60
-        echo "fuzzing found a failure (input saved under fuzz/artifacts/)" >&2
-        exit 1
-    fi
 fi
 
 step "AddressSanitizer over the kernel and GGUF tests (nightly)"
@@ -136,6 +135,10 @@ if [ $status -ne 0 ] || [ "$ran" -ne 1 ]; then
     echo "the gates test failed or did not run" >&2
     exit 1
 fi
+
+step "fault suite: hostile clients, changed model files, signals, endless inputs (scripts/faults.sh)"
+# Bounded: every wait in it has a limit; the whole suite takes a few minutes.
+timeout 900 scripts/faults.sh --bin target/release/cachefit
 
 step "OpenAI client against cachefit serve (tests/openai)"
 python3 -m pip install --quiet --disable-pip-version-check -r tests/openai/requirements.txt 2>&1 | grep -v "Running pip as the 'root'" || true

@@ -18,6 +18,10 @@ pub enum Error {
     /// `tokenizer.chat_template` is present but not a string.
     #[error(transparent)]
     Metadata(#[from] gguf::ErrorKind),
+    /// A message holds the text of a control token and the template changes
+    /// message text, so it cannot be kept apart as plain text.
+    #[error("a `{role}` message contains `{token}`, a control token of this model, and the chat template changes message text in a way that keeps it from being tokenized as plain text; remove it from the message")]
+    ControlTextInMessage { role: String, token: String },
     /// An extra template variable collides with one the renderer sets.
     #[error("`{0}` is set by the renderer and cannot be passed as an extra template variable")]
     ReservedVariable(String),

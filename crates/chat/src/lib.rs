@@ -12,7 +12,10 @@
 //! A model without a template gets ChatML ([`fallback`]); tools check
 //! [`ChatTemplate::is_fallback`] and print [`FALLBACK_NOTICE`] on stderr.
 //!
-//! Layout: [`template`] (compile, render), [`message`], [`context`] (the
+//! [`prompt_tokens`] renders and tokenizes, keeping message text as text
+//! so that a message cannot forge control tokens ([`prompt`]).
+//!
+//! Layout: [`template`] (compile, render), [`prompt`], [`message`], [`context`] (the
 //! variables a template sees), [`shims`], [`python`], [`json`],
 //! [`fallback`], [`error`].
 //!
@@ -29,6 +32,7 @@ pub mod error;
 pub mod fallback;
 pub mod json;
 pub mod message;
+pub mod prompt;
 pub mod python;
 pub mod shims;
 pub mod template;
@@ -36,6 +40,7 @@ pub mod template;
 pub use error::Error;
 pub use fallback::{CHATML_TEMPLATE, FALLBACK_NOTICE};
 pub use message::Message;
+pub use prompt::{prompt_tokens, tokenize_rendered, Prompt, Special};
 pub use template::{ChatTemplate, CHAT_TEMPLATE_KEY};
 
 /// A civil (zone-less) date and time, for [`ChatTemplate::with_now`].

@@ -51,6 +51,15 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse_from(commands::rewrite_args(std::env::args_os()));
     kernel_env::configure();
+    // A model file truncated or replaced while mapped: report it and stop
+    // (what was computed after the fault read zeros). `serve` and
+    // `quantize` replace this with their own clean-up.
+    if let Err(e) = mapguard::set_fault_handler(|fault| {
+        eprintln!("error: {fault}");
+        std::process::exit(1);
+    }) {
+        eprintln!("cachefit: warning: cannot watch mapped files for changes: {e}");
+    }
     let result = match cli.command {
         Command::Bench(a) => commands::bench::run(a),
         Command::Chat(a) => commands::chat::run(a),

@@ -76,7 +76,8 @@ fn json_describes_the_machine_with_positive_bandwidths() {
         assert!(b["buffer_bytes"].as_u64().unwrap() > 0, "{b}");
         assert_eq!(b["threads"].as_u64(), Some(threads), "{b}");
     }
-    assert!(v["model"].is_null());
+    // Without -m, the built-in model (since bcde633).
+    assert_eq!(v["model"]["file"], "built-in cachefit-shakespeare", "{v}");
 }
 
 #[test]

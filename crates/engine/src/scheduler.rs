@@ -267,6 +267,12 @@ impl<B: Backend> Scheduler<B> {
         self.steps += 1;
         let t0 = Instant::now();
         self.backend.eval(&self.batch);
+        // The model file changed under the pass (`mapguard` mapped zeros
+        // over it): its logits are garbage, so no job may sample them.
+        if let Some(fault) = mapguard::faulted() {
+            self.cancel_all(&fault.to_string());
+            return true;
+        }
         let eval_time = t0.elapsed();
         let (n_vocab, n_ctx) = (self.backend.n_vocab(), self.backend.n_ctx());
         let logits = self.backend.logits();

@@ -10,6 +10,8 @@ pub enum ErrorKind {
     Io(#[from] std::io::Error),
     #[error("is a directory, not a GGUF file")]
     IsDirectory,
+    #[error("is not a regular file (a FIFO, socket or device): a model must be a file")]
+    NotRegular,
     #[error("file is empty (0 bytes), not a GGUF file")]
     Empty,
     #[error("not a GGUF file: magic is {0:?}, expected \"GGUF\"")]

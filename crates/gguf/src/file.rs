@@ -40,7 +40,24 @@ fn advise_huge_pages(map: &memmap2::MmapMut) {
     let _ = map;
 }
 
+/// Open for reading without blocking on a FIFO (whose plain open waits
+/// for a writer): the caller checks the type and refuses anything but a
+/// regular file.
+fn open_no_wait(path: &Path) -> std::io::Result<File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_NONBLOCK);
+    }
+    o.open(path)
+}
+
 pub struct GgufFile {
+    /// Declared before `map` so it is dropped (unregistered) before the
+    /// map is unmapped.
+    _guard: Option<mapguard::Registration>,
     path: PathBuf,
     /// File-backed map, or (with `mmap: false`) an anonymous map the file
     /// was read into: one type either way, and both can be `mlock`ed.
@@ -63,19 +80,24 @@ impl GgufFile {
     pub fn open_with(path: impl AsRef<Path>, opts: OpenOptions) -> Result<GgufFile> {
         let path = path.as_ref().to_path_buf();
         let err = |kind: ErrorKind| Error::new(&path, kind);
-        let file = File::open(&path).map_err(|e| err(e.into()))?;
+        let file = open_no_wait(&path).map_err(|e| err(e.into()))?;
         let meta = file.metadata().map_err(|e| err(e.into()))?;
         if meta.is_dir() {
             return Err(err(ErrorKind::IsDirectory));
+        }
+        if !meta.is_file() {
+            return Err(err(ErrorKind::NotRegular));
         }
         if meta.len() == 0 {
             return Err(err(ErrorKind::Empty));
         }
         let map = if opts.mmap {
-            // SAFETY: the map is read-only. Another process truncating or
-            // rewriting the file while we run would change what we read (or
-            // SIGBUS); like every mmap-based loader (llama.cpp included) we
-            // accept that, and `--no-mmap` avoids it.
+            // SAFETY: the map is read-only. Another process rewriting the
+            // file while we run changes what we read, as for every
+            // mmap-based loader; truncating it would raise SIGBUS on the
+            // pages past the new end, which `mapguard` (registered below)
+            // turns into zero pages and a reported fault instead of death.
+            // `--no-mmap` avoids both.
             let map =
                 unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(|e| err(e.into()))?;
             #[cfg(target_os = "linux")]
@@ -95,8 +117,14 @@ impl GgufFile {
             (&file).read_exact(&mut anon).map_err(|e| err(e.into()))?;
             anon.make_read_only().map_err(|e| err(e.into()))?
         };
+        let guard = if opts.mmap {
+            Some(mapguard::register(map.as_ptr(), map.len(), &path).map_err(|e| err(e.into()))?)
+        } else {
+            None
+        };
         let header = parse_header(&map, opts.limits).map_err(err)?;
         let f = GgufFile {
+            _guard: guard,
             path,
             map,
             file_backed: opts.mmap,
@@ -124,6 +152,7 @@ impl GgufFile {
         let map = anon.make_read_only().map_err(|e| err(e.into()))?;
         let header = parse_header(&map, limits).map_err(err)?;
         Ok(GgufFile {
+            _guard: None,
             path,
             map,
             file_backed: false,

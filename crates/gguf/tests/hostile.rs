@@ -71,6 +71,30 @@ fn empty_file_directory_and_non_gguf() {
     assert!(e.contains("not a GGUF file"), "{e}");
 }
 
+/// Issue 19: a FIFO as the model blocked `open` forever waiting for a
+/// writer, and `/dev/zero` was read until memory ran out.
+#[cfg(unix)]
+#[test]
+fn fifos_and_devices_are_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("model.gguf");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    for path in [fifo.as_path(), std::path::Path::new("/dev/zero")] {
+        for mmap in [true, false] {
+            let opts = gguf::OpenOptions {
+                mmap,
+                ..Default::default()
+            };
+            let e = GgufFile::open_with(path, opts).err().unwrap().to_string();
+            assert!(e.contains("not a regular file"), "{e}");
+        }
+    }
+}
+
 #[test]
 fn error_names_the_file() {
     let mut f = tempfile::NamedTempFile::new().unwrap();

@@ -10,7 +10,7 @@ use crate::format::{
 use crate::index::{BlockMeta, Index};
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -251,11 +251,7 @@ impl MemoryFile {
     /// gets [`Error::Locked`]) and cuts a torn tail; a reader takes no lock
     /// and ignores one.
     pub fn open(path: &Path, fingerprint: Option<&[u8; 32]>, mode: Mode) -> Result<MemoryFile> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(mode == Mode::Write)
-            .open(path)
-            .map_err(|e| Error::io(path, "opening", e))?;
+        let file = open_regular(path, mode == Mode::Write)?;
         if mode == Mode::Write {
             match file.try_lock() {
                 Ok(()) => {}
@@ -762,4 +758,24 @@ pub(crate) fn scan_records(
         end: off,
         bad,
     })
+}
+
+/// Open `path` without blocking on a FIFO (a plain open waits for a
+/// writer forever), and refuse anything but a regular file (issue 19).
+pub(crate) fn open_regular(path: &Path, write: bool) -> Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+        .map_err(|e| Error::io(path, "opening", e))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, "opening", e))?;
+    if !meta.is_file() {
+        let e = std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, socket, device or directory)",
+        );
+        return Err(Error::io(path, "opening", e));
+    }
+    Ok(file)
 }

@@ -57,7 +57,7 @@ impl VerifyReport {
 /// declared length when it is sane, else by searching for the next record
 /// magic, so every damaged stretch is reported, not just the first.
 pub fn verify(path: &Path) -> Result<VerifyReport> {
-    let file = File::open(path).map_err(|e| Error::io(path, "opening", e))?;
+    let file = crate::store::open_regular(path, false)?;
     let header = read_header(path, &file)?;
     let g = header.geometry;
     let len = file
@@ -424,7 +424,7 @@ pub fn inspect(path: &Path) -> Result<Inspect> {
     let h = mf.header();
     let idx = mf.index();
     let mut page = vec![0u8; PAGE as usize];
-    let file = File::open(path).map_err(|e| Error::io(path, "opening", e))?;
+    let file = crate::store::open_regular(path, false)?;
     file.read_exact_at(&mut page, h.commit_offset())
         .map_err(|e| Error::io(path, "reading the commit page", e))?;
     Ok(Inspect {

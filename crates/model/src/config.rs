@@ -2,6 +2,7 @@
 //! architecture reads its own keys (`arch/*/config.rs`);
 //! [`ModelConfig::from_gguf`] picks the reader by `general.architecture`.
 
+use crate::Error;
 use kernels::ops::RopeParams;
 
 /// The architectures, by their `general.architecture` name.
@@ -72,6 +73,45 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// Refuse values that would make every forward pass NaN or divide by
+    /// zero (issue 19: a hostile file's `rms_epsilon` of NaN, 0 or -1, a
+    /// RoPE base of 0, a RoPE dimension of 0), naming the key. Every
+    /// architecture's config goes through it ([`ModelConfig::from_gguf`]).
+    pub(crate) fn checked_numbers(self, arch_name: &str) -> Result<ModelConfig, Error> {
+        let bad = |k: &str, problem: String| Error::BadValue {
+            key: format!("{arch_name}.{k}"),
+            problem,
+        };
+        let eps = self.norm_eps;
+        if !(eps.is_finite() && eps > 0.0) {
+            return Err(bad(
+                "attention.layer_norm_rms_epsilon",
+                format!("{eps} must be a positive finite number (usually 1e-5 or 1e-6)"),
+            ));
+        }
+        let base = self.rope.freq_base;
+        if !(base.is_finite() && base > 0.0) {
+            return Err(bad(
+                "rope.freq_base",
+                format!("{base} must be a positive finite number (usually 10000 or more)"),
+            ));
+        }
+        let scale = self.rope.freq_scale;
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(bad(
+                "rope.scaling.factor",
+                format!("{} must be a positive finite number", 1.0 / scale),
+            ));
+        }
+        if self.rope.n_rot == 0 {
+            return Err(bad(
+                "rope.dimension_count",
+                "0: RoPE must rotate at least one pair of dimensions".to_string(),
+            ));
+        }
+        Ok(self)
+    }
+
     /// Width of all query heads together.
     pub fn q_dim(&self) -> usize {
         self.n_heads * self.head_dim
@@ -127,5 +167,92 @@ impl CachefitConfig {
             .iter()
             .filter(|&&b| b == BlockKind::Attn)
             .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gguf::{Metadata, Value};
+
+    fn smollm_like() -> Metadata {
+        let mut m = Metadata::new();
+        m.set("general.architecture", Value::String("llama".into()));
+        for (k, v) in [
+            ("block_count", 30),
+            ("context_length", 8192),
+            ("embedding_length", 576),
+            ("feed_forward_length", 1536),
+            ("attention.head_count", 9),
+            ("attention.head_count_kv", 3),
+            ("rope.dimension_count", 64),
+            ("vocab_size", 49152),
+        ] {
+            m.set(format!("llama.{k}"), Value::U32(v));
+        }
+        m.set("llama.rope.freq_base", Value::F32(100000.0));
+        m.set("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
+        m
+    }
+
+    /// Issue 19: NaN, zero or negative norm epsilon, RoPE base or scale,
+    /// and a zero RoPE dimension are refused at load, naming the key.
+    #[test]
+    fn numbers_that_break_the_forward_pass_are_refused() {
+        let cases: &[(&str, Value, &str)] = &[
+            (
+                "llama.attention.layer_norm_rms_epsilon",
+                Value::F32(f32::NAN),
+                "layer_norm_rms_epsilon",
+            ),
+            (
+                "llama.attention.layer_norm_rms_epsilon",
+                Value::F32(0.0),
+                "layer_norm_rms_epsilon",
+            ),
+            (
+                "llama.attention.layer_norm_rms_epsilon",
+                Value::F32(-1e-5),
+                "layer_norm_rms_epsilon",
+            ),
+            (
+                "llama.attention.layer_norm_rms_epsilon",
+                Value::F32(f32::INFINITY),
+                "layer_norm_rms_epsilon",
+            ),
+            ("llama.rope.freq_base", Value::F32(0.0), "rope.freq_base"),
+            (
+                "llama.rope.freq_base",
+                Value::F32(-10000.0),
+                "rope.freq_base",
+            ),
+            (
+                "llama.rope.freq_base",
+                Value::F32(f32::NAN),
+                "rope.freq_base",
+            ),
+            (
+                "llama.rope.scaling.factor",
+                Value::F32(-2.0),
+                "rope.scaling.factor",
+            ),
+            (
+                "llama.rope.scaling.factor",
+                Value::F32(f32::NAN),
+                "rope.scaling.factor",
+            ),
+            (
+                "llama.rope.dimension_count",
+                Value::U32(0),
+                "rope.dimension_count",
+            ),
+        ];
+        for (key, value, named) in cases {
+            let mut m = smollm_like();
+            m.set(*key, value.clone());
+            let e = ModelConfig::from_gguf(&m).unwrap_err().to_string();
+            assert!(e.contains(named), "{key} = {value:?}: {e}");
+        }
+        assert!(ModelConfig::from_gguf(&smollm_like()).is_ok());
     }
 }

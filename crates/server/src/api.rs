@@ -169,6 +169,17 @@ fn token_ids(items: &[Value]) -> Result<Vec<u32>, ApiError> {
         .collect()
 }
 
+/// The roles OpenAI's API takes; anything else is a 400, as there (a
+/// template given a role it does not know may render it as anything).
+pub const ROLES: [&str; 6] = [
+    "system",
+    "developer",
+    "user",
+    "assistant",
+    "tool",
+    "function",
+];
+
 /// One chat message: `role` and `content` (a string, null, or an array of
 /// `{"type": "text", "text": ...}` parts).
 fn message(i: usize, m: &Value) -> Result<Message, ApiError> {
@@ -177,7 +188,16 @@ fn message(i: usize, m: &Value) -> Result<Message, ApiError> {
         return Err(wrong_type(&param, "an object", m));
     };
     let role = match m.get("role") {
-        Some(Value::String(r)) if !r.is_empty() => r.clone(),
+        Some(Value::String(r)) if ROLES.contains(&r.as_str()) => r.clone(),
+        Some(Value::String(r)) if !r.is_empty() => {
+            return Err(ApiError::param(
+                &format!("{param}.role"),
+                format!(
+                    "Invalid value for `{param}.role`: `{r}`; supported: {}",
+                    ROLES.join(", ")
+                ),
+            ))
+        }
         Some(other) if !other.is_null() => {
             return Err(wrong_type(&format!("{param}.role"), "a string", other))
         }
@@ -604,6 +624,10 @@ mod tests {
             (r#"{"messages": []}"#, "messages"),
             (r#"{}"#, "messages"),
             (r#"{"messages": [{"content": "x"}]}"#, "messages[0].role"),
+            (
+                r#"{"messages": [{"role": "wizard", "content": "x"}]}"#,
+                "messages[0].role",
+            ),
             (
                 r#"{"messages": [{"role": "user", "content": 5}]}"#,
                 "messages[0].content",

@@ -21,6 +21,10 @@ pub enum Error {
     Model(#[from] model::Error),
     #[error("--parallel must be at least 1")]
     NoSlots,
+    #[error("{0}")]
+    BadApiKey(String),
+    #[error("{0}")]
+    ModelChanged(String),
 }
 
 /// An error answered to a client:
@@ -36,6 +40,9 @@ pub struct ApiError {
     pub code: Option<&'static str>,
     /// Seconds for a `Retry-After` header (503).
     pub retry_after: Option<u32>,
+    /// Close the connection after answering (`Connection: close`): the
+    /// request's body was not read to its end.
+    pub close: bool,
 }
 
 impl ApiError {
@@ -47,6 +54,40 @@ impl ApiError {
             param: None,
             code: None,
             retry_after: None,
+            close: false,
+        }
+    }
+
+    /// Answer with `Connection: close`.
+    pub fn closing(self) -> ApiError {
+        ApiError {
+            close: true,
+            ..self
+        }
+    }
+
+    /// 417: an `Expect` header other than `100-continue`.
+    pub fn expectation_failed(value: &str) -> ApiError {
+        ApiError {
+            code: Some("expectation_failed"),
+            ..ApiError::new(
+                417,
+                "invalid_request_error",
+                format!("Expect: {value} is not supported (only 100-continue)"),
+            )
+        }
+    }
+
+    /// 408: the body did not arrive in time.
+    pub fn request_timeout(secs: f64) -> ApiError {
+        ApiError {
+            code: Some("request_timeout"),
+            ..ApiError::new(
+                408,
+                "invalid_request_error",
+                format!("The request body did not arrive within {secs:.0} s"),
+            )
+            .closing()
         }
     }
 

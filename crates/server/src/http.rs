@@ -47,9 +47,14 @@ pub struct App {
     pub api_key: Option<String>,
     pub max_queue: usize,
     pub max_body_bytes: usize,
+    /// Time for a whole body to arrive.
+    pub body_timeout: std::time::Duration,
     pub model_name: String,
     pub vocab: Arc<Vocab>,
     pub template: Arc<ChatTemplate>,
+    /// Whether control-token text in chat messages is parsed
+    /// (`--special-in-messages`, trusted clients only).
+    pub special: chat::Special,
     /// What ends a chat reply besides the vocabulary's end tokens
     /// ([`engine::prompt::turn_end`]), as for `cachefit chat`.
     pub turn_end: TurnEnd,
@@ -97,16 +102,40 @@ fn route_label(path: &str) -> &'static str {
     }
 }
 
-/// API key (everything but /health) and response counting.
+/// Protocol checks, the API key (everything but /health), and response
+/// counting.
 async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     let route = route_label(req.uri().path());
-    let response = if route != "/health" && !authorized(&app, req.headers()) {
+    let response = if let Err(e) = check_protocol(&req) {
+        error_response(e)
+    } else if route != "/health" && !authorized(&app, req.headers()) {
         error_response(ApiError::unauthorized())
     } else {
         next.run(req).await
     };
     app.metrics.response(route, response.status().as_u16());
     response
+}
+
+/// What HTTP/1.1 requires of a request before we look at it: a `Host`
+/// header (RFC 9112 §3.2), and no expectation but `100-continue` (RFC
+/// 9110 §10.1.1: 417 otherwise). hyper sends the `100 Continue` only when
+/// the body is first read, so a body refused from its declared length is
+/// never invited.
+fn check_protocol(req: &Request) -> Result<(), ApiError> {
+    if req.version() == axum::http::Version::HTTP_11 && !req.headers().contains_key(header::HOST) {
+        return Err(ApiError::invalid(
+            "HTTP/1.1 requests must have a Host header",
+        ));
+    }
+    for v in req.headers().get_all(header::EXPECT) {
+        if !v.as_bytes().eq_ignore_ascii_case(b"100-continue") {
+            return Err(ApiError::expectation_failed(&String::from_utf8_lossy(
+                v.as_bytes(),
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn authorized(app: &App, headers: &HeaderMap) -> bool {
@@ -138,6 +167,10 @@ pub fn error_response(e: ApiError) -> Response {
     if e.status == 401 {
         r.headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    if e.close {
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     r
 }
@@ -217,33 +250,49 @@ async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body
         .unwrap_or_else(error_response)
 }
 
-/// The body, at most `limit` bytes (413 beyond).
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+/// The body, at most `limit` bytes (413 beyond), within `timeout` (408
+/// after). A declared `Content-Length` over the limit is answered at once,
+/// without reading (or inviting, for `Expect: 100-continue`) the body.
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<Vec<u8>, ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let mut stream = body.into_data_stream();
-    let mut out = Vec::new();
-    let mut seen = 0usize;
-    while let Some(chunk) = poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)).await {
-        let chunk =
-            chunk.map_err(|e| ApiError::invalid(format!("Reading the body failed: {e}")))?;
-        seen = seen.saturating_add(chunk.len());
-        if seen > limit || declared.is_some_and(|n| n > limit as u64) {
-            // Keep reading (up to a bound) so the client, still sending,
-            // gets our answer instead of a reset.
-            if seen > MAX_DRAIN_BYTES {
-                break;
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::too_large(limit).closing());
+    }
+    let read = async {
+        let mut stream = body.into_data_stream();
+        let mut out = Vec::new();
+        let mut seen = 0usize;
+        while let Some(chunk) = poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)).await {
+            let chunk =
+                chunk.map_err(|e| ApiError::invalid(format!("Reading the body failed: {e}")))?;
+            seen = seen.saturating_add(chunk.len());
+            if seen > limit {
+                // A body without a declared length that runs over: keep
+                // reading (up to a bound) so the client, still sending,
+                // gets our answer instead of a reset.
+                if seen > MAX_DRAIN_BYTES {
+                    break;
+                }
+                continue;
             }
-            continue;
+            out.extend_from_slice(&chunk);
         }
-        out.extend_from_slice(&chunk);
-    }
-    if seen > limit || declared.is_some_and(|n| n > limit as u64) {
-        return Err(ApiError::too_large(limit));
-    }
-    Ok(out)
+        if seen > limit {
+            return Err(ApiError::too_large(limit).closing());
+        }
+        Ok(out)
+    };
+    tokio::time::timeout(timeout, read)
+        .await
+        .unwrap_or_else(|_| Err(ApiError::request_timeout(timeout.as_secs_f64()).closing()))
 }
 
 /// What a request asks the model to continue.
@@ -262,7 +311,7 @@ async fn generate(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = read_body(&headers, body, app.max_body_bytes).await?;
+    let bytes = read_body(&headers, body, app.max_body_bytes, app.body_timeout).await?;
     let obj = api::parse_body(&bytes)?;
     let (source, options) = match kind {
         Kind::Chat => {
@@ -367,11 +416,17 @@ impl App {
     /// Render (chat) and tokenize; on the blocking pool for a long body.
     fn tokenize(&self, source: Source) -> Result<Vec<u32>, ApiError> {
         match source {
+            // Message text stays text: control tokens come from the
+            // template only (unless the operator opted in).
             Source::Messages(messages) => {
-                let text = self.template.render(&messages, true).map_err(|e| {
-                    ApiError::param("messages", format!("The chat template failed: {e}"))
-                })?;
-                Ok(engine::prompt::chat_tokens(&self.vocab, &text))
+                chat::prompt_tokens(&self.template, &messages, true, &self.vocab, self.special)
+                    .map(|p| p.tokens)
+                    .map_err(|e| match e {
+                        chat::Error::ControlTextInMessage { .. } => {
+                            ApiError::param("messages", e.to_string())
+                        }
+                        e => ApiError::param("messages", format!("The chat template failed: {e}")),
+                    })
             }
             Source::Prompt(Prompt::Text(text)) => {
                 Ok(engine::prompt::completion_tokens(&self.vocab, &text))

@@ -21,11 +21,19 @@
 //! the deadline end whatever is left ([`engine::Msg::CancelAll`]); then
 //! the engine thread drains and [`serve`] returns.
 //!
-//! Layout: [`api`] (OpenAI request/response shapes), [`http`] (routes,
-//! auth, SSE), [`events`] (the engine's output as a channel), [`metrics`]
+//! A second SIGINT/SIGTERM exits at once. If the model file changes on
+//! disk while mapped ([`mapguard`]), every queued and running request
+//! fails with 503, the server stops, and [`serve`] returns
+//! [`Error::ModelChanged`] (the process exits non-zero; a supervisor
+//! restarts it on the new file).
+//!
+//! Layout: [`api`] (OpenAI request/response shapes), [`conn`] (accept
+//! loop, timeouts, connection cap), [`http`] (routes, auth, SSE),
+//! [`events`] (the engine's output as a channel), [`metrics`]
 //! (Prometheus text), [`error`]. HTTP status codes are chosen here only.
 
 pub mod api;
+pub mod conn;
 pub mod error;
 pub mod events;
 pub mod http;
@@ -51,11 +59,16 @@ pub struct Config {
     pub host: String,
     /// 0 picks a free port (the address is logged).
     pub port: u16,
-    /// Required as `Authorization: Bearer KEY` when set.
+    /// Required as `Authorization: Bearer KEY` when set; see
+    /// [`check_api_key`].
     pub api_key: Option<String>,
     /// Requests waiting for a slot before new ones get 503.
     pub max_queue: usize,
     pub max_body_bytes: usize,
+    /// Time for a request's whole body to arrive (408 after).
+    pub body_timeout: Duration,
+    /// Connection timeouts and cap ([`conn::Limits`]).
+    pub limits: conn::Limits,
     /// How long running requests may take to finish after SIGINT/SIGTERM.
     pub shutdown_timeout: Duration,
     /// Kernel threads of the engine for decode-only steps.
@@ -66,6 +79,9 @@ pub struct Config {
     pub threads_batch: usize,
     /// The name `/v1/models` gives.
     pub model_name: String,
+    /// Parse control tokens written in chat messages (trusted clients
+    /// only: otherwise a message forges turns); see [`chat::prompt`].
+    pub special_in_messages: bool,
     /// A streamed generation's text goes out at most this often (zero:
     /// one event per token); see [`engine::DEFAULT_STREAM_INTERVAL`].
     pub stream_interval: Duration,
@@ -85,6 +101,9 @@ pub fn serve(
 ) -> Result<(), Error> {
     if opts.n_seq == 0 {
         return Err(Error::NoSlots);
+    }
+    if let Some(key) = &config.api_key {
+        check_api_key(key)?;
     }
     let vocab = Arc::new(vocab);
     let template = chat_template(file, &vocab);
@@ -110,10 +129,16 @@ pub fn serve(
         api_key: config.api_key.clone(),
         max_queue: config.max_queue,
         max_body_bytes: config.max_body_bytes,
+        body_timeout: config.body_timeout,
         model_name: config.model_name.clone(),
         vocab: vocab.clone(),
         turn_end: engine::prompt::turn_end(&template, &vocab),
         template: Arc::new(template),
+        special: if config.special_in_messages {
+            chat::Special::Parse
+        } else {
+            chat::Special::Text
+        },
         defaults: config.defaults.clone(),
         jobs,
         metrics: metrics.clone(),
@@ -123,6 +148,14 @@ pub fn serve(
         next_id: AtomicU64::new(1),
         shutting_down: AtomicBool::new(false),
     });
+    // A fault in the mapped model file: fail every request at once, then
+    // stop (the engine also checks after each forward pass, so nothing
+    // computed from the zeroed pages is sampled).
+    let fault = Arc::new(tokio::sync::Notify::new());
+    {
+        let fault = fault.clone();
+        mapguard::set_fault_handler(move |_| fault.notify_one()).map_err(Error::Runtime)?;
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -159,16 +192,51 @@ pub fn serve(
                 format!(", {} for prompts", config.threads_batch)
             }
         );
+        eprintln!(
+            "cachefit: at most {} connections; timeouts: header {} s, body {} s, idle {} s",
+            config.limits.max_connections,
+            config.limits.header_timeout.as_secs_f64(),
+            config.body_timeout.as_secs_f64(),
+            config.limits.idle_timeout.as_secs_f64()
+        );
         eprintln!("cachefit: listening on http://{local}");
-        let result = runtime.block_on(run_http(listener, app.clone(), config.shutdown_timeout));
+        let result = runtime.block_on(run_http(
+            listener,
+            app.clone(),
+            config.limits,
+            config.shutdown_timeout,
+            fault,
+        ));
         // Connections the deadline gave up on hold the App: drop them, then
         // ours, so the engine sees its channel close.
         runtime.shutdown_timeout(Duration::from_secs(1));
         drop(app);
         let _ = engine.join();
         eprintln!("cachefit: stopped");
-        result
+        result?;
+        match mapguard::faulted() {
+            Some(fault) => Err(Error::ModelChanged(fault.to_string())),
+            None => Ok(()),
+        }
     })
+}
+
+/// Refuse an API key that cannot protect anything: empty (it used to turn
+/// authentication off silently) or with bytes a header cannot carry
+/// as-is (non-ASCII or control characters, which would never match).
+pub fn check_api_key(key: &str) -> Result<(), Error> {
+    if key.is_empty() {
+        return Err(Error::BadApiKey(
+            "the API key is empty; give a non-empty key, or no --api-key to serve without one"
+                .into(),
+        ));
+    }
+    if let Some(c) = key.chars().find(|c| !c.is_ascii_graphic()) {
+        return Err(Error::BadApiKey(format!(
+            "the API key contains {c:?}; use printable ASCII without spaces (as a Bearer token can carry)"
+        )));
+    }
+    Ok(())
 }
 
 fn chat_template(file: &GgufFile, vocab: &Vocab) -> ChatTemplate {
@@ -187,31 +255,43 @@ fn chat_template(file: &GgufFile, vocab: &Vocab) -> ChatTemplate {
 async fn run_http(
     listener: TcpListener,
     app: Arc<http::App>,
+    limits: conn::Limits,
     shutdown_timeout: Duration,
+    fault: Arc<tokio::sync::Notify>,
 ) -> Result<(), Error> {
     let listener = tokio::net::TcpListener::from_std(listener).map_err(Error::Runtime)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let signalled = {
+    let stopping = {
         let app = app.clone();
         async move {
-            let why = wait_for_signal().await;
+            tokio::select! {
+                why = wait_for_signal() => {
+                    eprintln!(
+                        "cachefit: {why}: no new connections; waiting up to {:.0} s for running requests (again to exit now)",
+                        shutdown_timeout.as_secs_f64()
+                    );
+                    tokio::spawn(async {
+                        let again = wait_for_signal().await;
+                        eprintln!("cachefit: second {again}: exiting now");
+                        std::process::exit(if again == "SIGINT" { 130 } else { 143 });
+                    });
+                }
+                () = fault.notified() => {
+                    let why = mapguard::faulted().map_or_else(
+                        || "the model file changed on disk while in use".to_string(),
+                        |f| f.to_string(),
+                    );
+                    eprintln!("cachefit: error: {why}; failing every request and stopping");
+                    let _ = app.jobs.send(Msg::CancelAll(why));
+                }
+            }
             app.shutting_down.store(true, Ordering::Relaxed);
-            eprintln!(
-                "cachefit: {why}: no new connections; waiting up to {:.0} s for running requests",
-                shutdown_timeout.as_secs_f64()
-            );
             let _ = stop_tx.send(true);
         }
     };
-    tokio::spawn(signalled);
-    let graceful = {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        }
-    };
+    tokio::spawn(stopping);
     let deadline = {
-        let mut rx = stop_rx;
+        let mut rx = stop_rx.clone();
         let app = app.clone();
         async move {
             let _ = rx.wait_for(|stop| *stop).await;
@@ -224,9 +304,9 @@ async fn run_http(
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
     };
-    let server = axum::serve(listener, http::router(app)).with_graceful_shutdown(graceful);
+    let server = conn::serve(listener, http::router(app), limits, stop_rx);
     tokio::select! {
-        r = std::future::IntoFuture::into_future(server) => r.map_err(Error::Runtime),
+        () = server => Ok(()),
         () = deadline => Ok(()),
     }
 }

@@ -21,10 +21,47 @@ impl Vocab {
     /// tokens; without it they are tokenized as text. User-defined tokens
     /// are matched either way, as in llama.cpp.
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+        self.encode_fragments(text, add_special, parse_special, &[])
+    }
+
+    /// Tokenize `text` whose control tokens (`<|im_start|>`) are parsed
+    /// except where they overlap a `plain` byte range: text a chat template
+    /// copied from a message, which must stay text whatever it contains
+    /// (otherwise a user writes `<|im_end|>` and forges a turn). Outside
+    /// those ranges, and for text without control-token text inside them,
+    /// the tokens are those of `encode(text, add_special, true)`: the
+    /// ranges do not split the text.
+    pub fn encode_with_plain(
+        &self,
+        text: &str,
+        add_special: bool,
+        plain: &[Range<usize>],
+    ) -> Vec<u32> {
+        self.encode_fragments(text, add_special, true, plain)
+    }
+
+    /// The text of the first control (or unknown) token written in `text`,
+    /// if any: what [`Vocab::encode_with_plain`] keeps as text.
+    pub fn control_text_in(&self, text: &str) -> Option<&str> {
+        self.special_order
+            .iter()
+            .map(|&id| &self.tokens[id as usize])
+            .filter(|t| t.attr.intersects(TokenAttr::CONTROL | TokenAttr::UNKNOWN))
+            .map(|t| t.text.as_str())
+            .find(|needle| !needle.is_empty() && text.contains(needle))
+    }
+
+    fn encode_fragments(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+        plain: &[Range<usize>],
+    ) -> Vec<u32> {
         let fragments = if text.is_empty() {
             Vec::new()
         } else {
-            self.split_special(text, parse_special)
+            self.split_special(text, parse_special, plain)
         };
         let bos = self.special.bos.filter(|_| add_special && self.add_bos);
         let eos = self.special.eos.filter(|_| add_special && self.add_eos);
@@ -76,18 +113,24 @@ impl Vocab {
     /// Split special tokens out of `text`, longest token first, each over
     /// all the text the longer ones left (llama.cpp's
     /// `tokenizer_st_partition`).
-    fn split_special(&self, text: &str, parse_special: bool) -> Vec<Fragment> {
+    /// `plain`: byte ranges where control tokens are not parsed.
+    fn split_special(
+        &self,
+        text: &str,
+        parse_special: bool,
+        plain: &[Range<usize>],
+    ) -> Vec<Fragment> {
         let mut fragments = vec![Fragment::Text(0..text.len())];
         let mut next = Vec::new();
         for &id in &self.special_order {
             let token = &self.tokens[id as usize];
-            if !parse_special
-                && token
-                    .attr
-                    .intersects(TokenAttr::CONTROL | TokenAttr::UNKNOWN)
-            {
+            let control = token
+                .attr
+                .intersects(TokenAttr::CONTROL | TokenAttr::UNKNOWN);
+            if !parse_special && control {
                 continue;
             }
+            let plain = if control { plain } else { &[] };
             let needle = token.text.as_str();
             let found =
                 |f: &Fragment| matches!(f, Fragment::Text(r) if text[r.clone()].contains(needle));
@@ -98,7 +141,7 @@ impl Vocab {
             for fragment in fragments.drain(..) {
                 match fragment {
                     Fragment::Text(range) => {
-                        split_on(text, range, needle, id, token.attr, &mut next)
+                        split_on(text, range, needle, id, token.attr, plain, &mut next)
                     }
                     token => next.push(token),
                 }
@@ -109,20 +152,28 @@ impl Vocab {
     }
 }
 
-/// Split `text[range]` at each occurrence of `needle`, applying the token's
-/// strip rules to the text beside it.
+/// Split `text[range]` at each occurrence of `needle` that overlaps no
+/// `plain` range, applying the token's strip rules to the text beside it.
 fn split_on(
     text: &str,
     range: Range<usize>,
     needle: &str,
     id: u32,
     attr: TokenAttr,
+    plain: &[Range<usize>],
     out: &mut Vec<Fragment>,
 ) {
     let bytes = text.as_bytes();
     let (mut start, end) = (range.start, range.end);
-    while let Some(at) = text[start..end].find(needle) {
-        let at = start + at;
+    let mut search = start;
+    while let Some(at) = text[search..end].find(needle) {
+        let at = search + at;
+        let after = at + needle.len();
+        if plain.iter().any(|r| at < r.end && r.start < after) {
+            // Stays text; look again from the next character.
+            search = at + text[at..].chars().next().map_or(1, char::len_utf8);
+            continue;
+        }
         let mut left_end = at;
         if attr.contains(TokenAttr::LSTRIP) {
             while left_end > start && is_c_space(bytes[left_end - 1]) {
@@ -133,12 +184,13 @@ fn split_on(
             out.push(Fragment::Text(start..left_end));
         }
         out.push(Fragment::Token(id));
-        start = at + needle.len();
+        start = after;
         if attr.contains(TokenAttr::RSTRIP) {
             while start < end && is_c_space(bytes[start]) {
                 start += 1;
             }
         }
+        search = start;
     }
     if start < end {
         out.push(Fragment::Text(start..end));

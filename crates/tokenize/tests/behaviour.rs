@@ -269,3 +269,47 @@ fn a_megabyte_encodes_and_round_trips() {
     let ids = gpt2.encode(&word, false, false);
     assert_eq!(gpt2.decode(&ids), word);
 }
+
+/// Issue 19: control tokens written inside a "plain" range (text a chat
+/// template copied from a message) stay text; outside, they are parsed;
+/// ranges without control text change nothing.
+#[test]
+fn control_tokens_in_plain_ranges_stay_text() {
+    for file in ["ggml-vocab-llama-bpe.gguf", "ggml-vocab-llama-spm.gguf"] {
+        let v = load(&vocab_path(file));
+        let ctl = v.token_text(v.eos().unwrap()).unwrap().to_string();
+        assert!(v.is_control(v.eos().unwrap()), "{file}");
+        let text = format!("a{ctl}b{ctl}c");
+        let second = text.find("b").unwrap()..text.len();
+        let parsed = v.encode(&text, false, true);
+        let guarded = v.encode_with_plain(&text, false, std::slice::from_ref(&second));
+        let count = |ids: &[u32]| ids.iter().filter(|&&t| v.is_control(t)).count();
+        assert_eq!(count(&parsed), 2, "{file}");
+        assert_eq!(count(&guarded), 1, "{file}");
+        // A range overlapping only part of the token also keeps it text.
+        let at = text.rfind(&ctl).unwrap();
+        let one_byte = at + 1..at + 2;
+        let partial = v.encode_with_plain(&text, false, std::slice::from_ref(&one_byte));
+        assert_eq!(count(&partial), 1, "{file}");
+        // No control text inside the ranges: the same tokens as encode.
+        assert_eq!(v.encode_with_plain(&text, false, &[]), parsed, "{file}");
+        let first = 0..1;
+        assert_eq!(
+            v.encode_with_plain(&text, false, std::slice::from_ref(&first)),
+            parsed,
+            "{file}"
+        );
+        assert_eq!(v.control_text_in("x y"), None);
+        assert_eq!(v.control_text_in(&text), Some(ctl.as_str()));
+        // Nothing is lost: the pieces spell the text (SentencePiece adds a
+        // space after a control token, as llama.cpp does).
+        let opts = DecodeOptions {
+            unparse_special: true,
+            keep_spaces: true,
+            ..Default::default()
+        };
+        let spelled = String::from_utf8(v.decode_with(&guarded, opts)).unwrap();
+        let unspaced = |s: &str| s.replace(' ', "");
+        assert_eq!(unspaced(&spelled), unspaced(&text), "{file}");
+    }
+}

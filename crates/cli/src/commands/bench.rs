@@ -204,7 +204,11 @@ fn parse_list(flag: &str, values: &[String], default: &[usize], min: usize) -> R
 
 pub fn run(args: Args) -> Result<()> {
     let machine = Machine::probe();
-    let plan = Plan::from_args(&args, machine.threads.n)?;
+    let mut plan = Plan::from_args(&args, machine.threads.n)?;
+    for t in &mut plan.threads {
+        *t = super::common::cap_threads("-t", *t);
+    }
+    plan.threads.dedup();
     let models: Vec<ModelSource> = if plan.models.is_empty() {
         vec![ModelSource::BuiltIn]
     } else {

@@ -77,6 +77,10 @@ pub struct Args {
     /// Print each rendered prompt on stderr before its reply.
     #[arg(long)]
     pub verbose_prompt: bool,
+    /// Let control tokens typed in messages (`<|im_end|>`) act as control
+    /// tokens; by default message text is always text.
+    #[arg(long = "special-in-messages")]
+    pub special_in_messages: bool,
 }
 
 fn check_args(args: &Args) -> Result<()> {
@@ -144,6 +148,11 @@ pub fn run(args: Args) -> Result<()> {
         },
         n_ctx,
         verbose_prompt: args.verbose_prompt,
+        special: if args.special_in_messages {
+            chat::Special::Parse
+        } else {
+            chat::Special::Text
+        },
         printer: Printer::new(ctrl_c.interrupted.clone(), true),
     };
 
@@ -154,7 +163,8 @@ pub fn run(args: Args) -> Result<()> {
             "cachefit: chatting; /help for commands, Ctrl-C stops a reply, /exit or Ctrl-D leaves"
         );
     }
-    let mut reader = InputReader::new(stdin.lock(), interactive);
+    let mut reader =
+        InputReader::new(stdin.lock(), interactive).with_limit(args.ctx.max_prompt_bytes());
     loop {
         ctrl_c.set_busy(false);
         match reader.next().context("reading stdin")? {
@@ -204,6 +214,8 @@ struct Chat<'a> {
     reserve: usize,
     n_ctx: usize,
     verbose_prompt: bool,
+    /// `--special-in-messages`.
+    special: chat::Special,
     printer: Printer,
 }
 
@@ -227,7 +239,9 @@ impl Chat<'_> {
         self.conversation.push_user(text);
         let fit = self.conversation.fit(
             &self.template,
-            |t| engine::prompt::chat_tokens(vocab, t),
+            // Message text stays text: control tokens only from the
+            // template ([`chat::prompt`]) unless --special-in-messages.
+            |m, t| chat::tokenize_rendered(&self.template, m, true, t, vocab, self.special),
             n_ctx,
             self.reserve,
         );

@@ -64,6 +64,53 @@ pub struct ContextArgs {
         value_parser = parse_kv_type
     )]
     pub cache_type: KvType,
+    /// Longest prompt accepted, in bytes, from a file or stdin (default:
+    /// the context size × 128, at least 1 MiB): longer text cannot fit, and
+    /// reading it whole could exhaust memory.
+    #[arg(long = "max-prompt-bytes", value_name = "BYTES")]
+    pub max_prompt_bytes: Option<usize>,
+}
+
+/// Bytes per token assumed when bounding input by the context: more than
+/// the longest token of any vocabulary we load, so the bound never
+/// refuses text that fits.
+pub const BYTES_PER_TOKEN: usize = 128;
+
+impl ContextArgs {
+    /// The most bytes of prompt text worth reading: `--max-prompt-bytes`,
+    /// or `-c` (else [`DEFAULT_CTX`]) × [`BYTES_PER_TOKEN`], at least 1 MiB.
+    pub fn max_prompt_bytes(&self) -> usize {
+        self.max_prompt_bytes.unwrap_or_else(|| {
+            (self.ctx_size.unwrap_or(DEFAULT_CTX))
+                .saturating_mul(BYTES_PER_TOKEN)
+                .max(1 << 20)
+        })
+    }
+}
+
+/// A UTF-8 text file of at most `max_bytes` bytes, with an error naming
+/// the file (and the limit's flag) otherwise. Reads at most one byte past
+/// the limit, so `/dev/zero` or an endless pipe is refused, not read.
+pub fn read_bounded(path: &std::path::Path, max_bytes: usize) -> Result<String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(max_bytes as u64 + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if bytes.len() > max_bytes {
+        bail!(
+            "{} is longer than {max_bytes} bytes, more than can be used",
+            path.display()
+        );
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not valid UTF-8 (at byte {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })
 }
 
 fn parse_kv_type(s: &str) -> Result<KvType, String> {
@@ -143,10 +190,26 @@ pub fn threads(requested: Option<usize>) -> Result<machine::ThreadChoice> {
     match requested {
         Some(0) => bail!("-t must be at least 1"),
         Some(n) => Ok(machine::ThreadChoice {
-            n,
+            n: cap_threads("-t", n),
             reason: "set with -t".to_string(),
         }),
         None => Ok(machine::default_threads()),
+    }
+}
+
+/// `n` threads, or (with a warning) the CPUs this process may use if
+/// fewer: more threads than CPUs only wait on each other at every barrier
+/// (`-t 1000` ran 992 threads that produced nothing in a minute).
+pub fn cap_threads(flag: &str, n: usize) -> usize {
+    let available = machine::allowed_cpus().len().max(1);
+    if n > available {
+        eprintln!(
+            "cachefit: warning: {flag} {n} is more than the {available} CPU{} this process may use; using {available}",
+            if available == 1 { "" } else { "s" }
+        );
+        available
+    } else {
+        n
     }
 }
 
@@ -199,7 +262,7 @@ impl Pools {
 pub fn threads_batch(requested: Option<usize>, threads: usize) -> Result<usize> {
     match requested {
         Some(0) => bail!("--threads-batch must be at least 1"),
-        Some(n) => Ok(n),
+        Some(n) => Ok(cap_threads("--threads-batch", n)),
         None => Ok(threads),
     }
 }

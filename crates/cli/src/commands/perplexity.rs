@@ -87,17 +87,17 @@ fn nll(logits: &[f32], target: u32) -> f64 {
     -(logits[target as usize] as f64 - max - sum.ln())
 }
 
+/// Largest text `perplexity` reads without `--max-prompt-bytes`: 100×
+/// wikitext-2's test set.
+const PPL_MAX_TEXT_BYTES: usize = 128 << 20;
+
 pub fn run(args: Args) -> Result<()> {
     let t_start = Instant::now();
-    let bytes =
-        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
-    let text = String::from_utf8(bytes).map_err(|e| {
-        anyhow::anyhow!(
-            "{} is not valid UTF-8 (at byte {})",
-            args.file.display(),
-            e.utf8_error().valid_up_to()
-        )
-    })?;
+    // Many windows of the context, so not bounded by one: --max-prompt-bytes
+    // or a size no evaluation here would finish.
+    let limit = args.ctx.max_prompt_bytes.unwrap_or(PPL_MAX_TEXT_BYTES);
+    let text = common::read_bounded(&args.file, limit)
+        .context("reading the text (--max-prompt-bytes raises the limit)")?;
     if text.is_empty() {
         bail!("{} is empty", args.file.display());
     }

@@ -4,7 +4,7 @@
 //! the `quantize` crate; this file parses arguments, installs the Ctrl-C
 //! flag, draws the progress bar and prints the summary.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use quantize::{Plan, PlannedTensor, Progress, QuantizeOptions, Summary, Target};
 use std::path::PathBuf;
@@ -44,10 +44,10 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let target = Target::parse(&args.target)?;
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+    let threads = match args.threads {
+        Some(n) => super::common::cap_threads("-t", n.max(1)),
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
 
     if args.dry_run || args.verbose {
         let file = gguf::GgufFile::open(&args.input)?;
@@ -65,6 +65,16 @@ pub fn run(args: Args) -> Result<()> {
         let flag = interrupt.clone();
         ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
             .context("installing the Ctrl-C handler")?;
+        // SIGTERM and SIGHUP (a service stopped, a terminal closed) end the
+        // run the same way, so no `.partial` file is left behind.
+        for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+            signal_hook::flag::register(sig, interrupt.clone())
+                .context("installing the SIGTERM/SIGHUP handler")?;
+        }
+        // The input changing under us also stops the run cleanly.
+        let flag = interrupt.clone();
+        mapguard::set_fault_handler(move |_| flag.store(true, Ordering::Relaxed))
+            .context("watching the input file")?;
     }
     let opts = QuantizeOptions {
         allow_requantize: args.allow_requantize,
@@ -104,8 +114,24 @@ pub fn run(args: Args) -> Result<()> {
         target.ftype(),
         if threads == 1 { "" } else { "s" }
     );
+    let before = file_identity(&args.input);
     let result = quantize::quantize_file(&args.input, &args.output, target, &opts, &on_progress);
     bar.finish_and_clear();
+    if let Some(fault) = mapguard::faulted() {
+        // Finished just as it faulted: what it wrote read zeros.
+        if result.is_ok() {
+            let _ = std::fs::remove_file(&args.output);
+        }
+        bail!("{fault}; nothing was written");
+    }
+    // Tensors copied as they are go from the map straight to write(2),
+    // which fails with EFAULT (not SIGBUS) on a truncated input: say why.
+    if result.is_err() && file_identity(&args.input) != before {
+        bail!(
+            "{}: the file changed on disk while in use (it was truncated or overwritten); nothing was written",
+            args.input.display()
+        );
+    }
     let summary = result.with_context(|| {
         format!(
             "quantizing {} to {}",
@@ -115,6 +141,12 @@ pub fn run(args: Args) -> Result<()> {
     })?;
     print_summary(&summary);
     Ok(())
+}
+
+/// Size and modification time, to tell whether a file changed.
+fn file_identity(path: &std::path::Path) -> Option<(u64, std::time::SystemTime)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.len(), m.modified().ok()?))
 }
 
 fn print_plan(plan: &Plan) {

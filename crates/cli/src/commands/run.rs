@@ -51,17 +51,8 @@ pub struct Args {
 fn read_prompt(args: &Args) -> Result<String> {
     let prompt = match (args.prompt.as_ref().or(args.text.as_ref()), &args.file) {
         (Some(p), _) => p.clone(),
-        (None, Some(f)) => {
-            let bytes =
-                std::fs::read(f).with_context(|| format!("reading prompt file {}", f.display()))?;
-            String::from_utf8(bytes).map_err(|e| {
-                anyhow::anyhow!(
-                    "prompt file {} is not valid UTF-8 (at byte {})",
-                    f.display(),
-                    e.utf8_error().valid_up_to()
-                )
-            })?
-        }
+        (None, Some(f)) => common::read_bounded(f, args.ctx.max_prompt_bytes())
+            .context("reading the prompt file (--max-prompt-bytes raises the limit)")?,
         (None, None) => {
             bail!("no prompt: give one (`cachefit run \"ROMEO:\"`), -p PROMPT or -f FILE")
         }

@@ -26,9 +26,33 @@ pub struct Args {
     /// Port to listen on (0: any free port; the address is logged).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// Require `Authorization: Bearer KEY` on every route but /health.
-    #[arg(long = "api-key")]
+    /// Require `Authorization: Bearer KEY` on every route but /health
+    /// (printable ASCII, not empty). Also from `--api-key-file` or the
+    /// `CACHEFIT_API_KEY` environment variable, which keep it out of `ps`.
+    #[arg(long = "api-key", conflicts_with = "api_key_file")]
     pub api_key: Option<String>,
+    /// Read the API key from this file (its first line).
+    #[arg(long = "api-key-file", value_name = "FILE")]
+    pub api_key_file: Option<std::path::PathBuf>,
+    /// Parse control tokens (`<|im_end|>`) written in chat messages. Only
+    /// for trusted clients: without it message text is always text, so a
+    /// user cannot forge turns or a system prompt.
+    #[arg(long = "special-in-messages")]
+    pub special_in_messages: bool,
+    /// Seconds a client has to send a request's head, from connecting or
+    /// from its first byte.
+    #[arg(long = "timeout-header", value_name = "SECS", default_value_t = server::conn::DEFAULT_HEADER_TIMEOUT.as_secs_f64())]
+    pub timeout_header: f64,
+    /// Seconds a request's whole body may take to arrive (408 after).
+    #[arg(long = "timeout-body", value_name = "SECS", default_value_t = server::conn::DEFAULT_BODY_TIMEOUT.as_secs_f64())]
+    pub timeout_body: f64,
+    /// Seconds a kept-alive connection may wait for its next request.
+    #[arg(long = "timeout-idle", value_name = "SECS", default_value_t = server::conn::DEFAULT_IDLE_TIMEOUT.as_secs_f64())]
+    pub timeout_idle: f64,
+    /// Most connections open at once (lowered to fit `ulimit -n`); beyond,
+    /// the longest-idle connection is closed, or the new one gets 503.
+    #[arg(long = "max-connections", value_name = "N", default_value_t = server::conn::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
     /// Slots: requests generated together, each with its own KV cache.
     #[arg(long, default_value_t = 4)]
     pub parallel: usize,
@@ -68,6 +92,28 @@ pub fn run(args: Args) -> Result<()> {
     if !(args.stream_interval.is_finite() && (0.0..=60_000.0).contains(&args.stream_interval)) {
         bail!("--stream-interval must be a number of milliseconds from 0 to 60000");
     }
+    let secs = |flag: &str, v: f64| -> Result<Duration> {
+        if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+            bail!("{flag} must be a number of seconds above 0 and at most 86400");
+        }
+        Ok(Duration::from_secs_f64(v))
+    };
+    let header_timeout = secs("--timeout-header", args.timeout_header)?;
+    let body_timeout = secs("--timeout-body", args.timeout_body)?;
+    let idle_timeout = secs("--timeout-idle", args.timeout_idle)?;
+    if args.max_connections == 0 {
+        bail!("--max-connections must be at least 1");
+    }
+    let max_connections = server::conn::connection_cap(args.max_connections);
+    if max_connections < args.max_connections
+        && args.max_connections != server::conn::DEFAULT_MAX_CONNECTIONS
+    {
+        eprintln!(
+            "cachefit: warning: --max-connections {} lowered to {max_connections} to fit the open-file limit (ulimit -n)",
+            args.max_connections
+        );
+    }
+    let api_key = api_key(&args)?;
     let choice = common::threads_for(&args.model)?;
     let threads_batch = common::threads_batch(args.model.threads_batch, choice.n)?;
     let opened = common::open_model(&args.model)?;
@@ -102,16 +148,49 @@ pub fn run(args: Args) -> Result<()> {
     let config = server::Config {
         host: args.host,
         port: args.port,
-        api_key: args.api_key.filter(|k| !k.is_empty()),
+        api_key,
         max_queue: args.max_queue,
         max_body_bytes: args.max_body,
+        body_timeout,
+        limits: server::conn::Limits {
+            header_timeout,
+            idle_timeout,
+            max_connections,
+        },
         shutdown_timeout: Duration::from_secs_f64(args.shutdown_timeout),
         threads: choice.n,
         threads_batch,
         model_name,
+        special_in_messages: args.special_in_messages,
         stream_interval: Duration::from_secs_f64(args.stream_interval / 1000.0),
         defaults: args.gen.params(opts.n_ctx),
     };
     server::serve(&opened.file, &opened.cfg, opened.vocab, &opts, config)
         .with_context(|| format!("serving {path}"))
+}
+
+/// The API key from `--api-key`, `--api-key-file` or `CACHEFIT_API_KEY`
+/// (in that order), checked: an empty or unusable key is an error, never
+/// a server without authentication.
+fn api_key(args: &Args) -> Result<Option<String>> {
+    let (key, from) = if let Some(k) = &args.api_key {
+        (k.clone(), "--api-key".to_string())
+    } else if let Some(path) = &args.api_key_file {
+        let text = common::read_bounded(path, 4096)
+            .with_context(|| format!("--api-key-file {}", path.display()))?;
+        let first = text.lines().next().unwrap_or("").trim_end_matches('\r');
+        (
+            first.to_string(),
+            format!("--api-key-file {}", path.display()),
+        )
+    } else if let Some(k) = std::env::var_os("CACHEFIT_API_KEY") {
+        let k = k
+            .into_string()
+            .map_err(|_| anyhow::anyhow!("CACHEFIT_API_KEY is not valid UTF-8"))?;
+        (k, "CACHEFIT_API_KEY".to_string())
+    } else {
+        return Ok(None);
+    };
+    server::check_api_key(&key).with_context(|| from)?;
+    Ok(Some(key))
 }

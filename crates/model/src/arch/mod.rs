@@ -47,7 +47,8 @@ impl ModelConfig {
         match arch {
             Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => llama::read_config(md, arch),
             Arch::Cachefit => cachefit::read_config(md),
-        }
+        }?
+        .checked_numbers(name)
     }
 }
 

@@ -78,7 +78,7 @@ impl Conversation {
     pub fn fit(
         &mut self,
         template: &ChatTemplate,
-        tokenize: impl Fn(&str) -> Vec<u32>,
+        tokenize: impl Fn(&[Message], &str) -> Result<Vec<u32>, chat::Error>,
         n_ctx: usize,
         reserve: usize,
     ) -> Result<Fit, chat::Error> {
@@ -88,8 +88,9 @@ impl Conversation {
             .collect();
         let newest = starts.len().saturating_sub(1);
         for (dropped, &from) in starts.iter().enumerate() {
-            let text = template.render(&self.messages(from), true)?;
-            let tokens = tokenize(&text);
+            let messages = self.messages(from);
+            let text = template.render(&messages, true)?;
+            let tokens = tokenize(&messages, &text)?;
             let fits = tokens.len().saturating_add(reserve) <= n_ctx;
             if fits || (dropped == newest && tokens.len() < n_ctx) {
                 self.turns.drain(..from);
@@ -106,8 +107,9 @@ impl Conversation {
             }
         }
         // No user message: render what there is (nothing callers ask for).
-        let text = template.render(&self.messages(0), true)?;
-        let tokens = tokenize(&text);
+        let messages = self.messages(0);
+        let text = template.render(&messages, true)?;
+        let tokens = tokenize(&messages, &text)?;
         Ok(Fit::Fits(Prompt {
             text,
             tokens,
@@ -121,8 +123,8 @@ mod tests {
     use super::*;
 
     /// One "token" per character keeps the arithmetic readable.
-    fn chars(s: &str) -> Vec<u32> {
-        s.chars().map(|c| c as u32).collect()
+    fn chars(_: &[Message], s: &str) -> Result<Vec<u32>, chat::Error> {
+        Ok(s.chars().map(|c| c as u32).collect())
     }
 
     /// ChatML, whose sizes in characters are: the system message "S" 31,

@@ -7,7 +7,7 @@
 //! command. The reader is generic over `BufRead` so the same rules hold for a
 //! terminal and for messages piped in.
 
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead, Read, Write};
 
 /// Opens and closes a block of lines taken as they are.
 pub const FENCE: &str = "\"\"\"";
@@ -37,16 +37,33 @@ pub struct InputReader<R> {
     reader: R,
     /// Show `> ` and `... ` on stderr before lines (on a terminal).
     prompts: bool,
+    /// Most bytes one message may take ([`InputReader::with_limit`]).
+    max_bytes: u64,
+    /// Bytes of the message being read so far.
+    used: u64,
 }
 
 impl<R: BufRead> InputReader<R> {
     pub fn new(reader: R, prompts: bool) -> InputReader<R> {
-        InputReader { reader, prompts }
+        InputReader {
+            reader,
+            prompts,
+            max_bytes: u64::MAX,
+            used: 0,
+        }
+    }
+
+    /// Refuse a message longer than `max_bytes` with an error instead of
+    /// reading on (a line of `/dev/zero` has no end).
+    pub fn with_limit(mut self, max_bytes: usize) -> InputReader<R> {
+        self.max_bytes = max_bytes as u64;
+        self
     }
 
     /// The next message or command; blank messages are skipped.
     pub fn next(&mut self) -> io::Result<Input> {
         loop {
+            self.used = 0;
             self.prompt("> ");
             let Some(line) = self.line()? else {
                 return Ok(Input::Eof);
@@ -113,8 +130,22 @@ impl<R: BufRead> InputReader<R> {
     /// are not UTF-8 become U+FFFD rather than ending the chat.
     fn line(&mut self) -> io::Result<Option<String>> {
         let mut buf = Vec::new();
-        if self.reader.read_until(b'\n', &mut buf)? == 0 {
+        let left = self.max_bytes - self.used;
+        let n = (&mut self.reader)
+            .take(left.saturating_add(1))
+            .read_until(b'\n', &mut buf)?;
+        if n == 0 {
             return Ok(None);
+        }
+        self.used += n as u64;
+        if self.used > self.max_bytes {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "a message is longer than {} bytes, more than the context can hold",
+                    self.max_bytes
+                ),
+            ));
         }
         if buf.last() == Some(&b'\n') {
             buf.pop();
@@ -168,6 +199,24 @@ mod tests {
 
     fn msg(s: &str) -> Input {
         Input::Message(s.to_string())
+    }
+
+    /// Issue 19: `chat < /dev/zero` read one endless line.
+    #[test]
+    fn a_message_over_the_limit_is_an_error_not_a_growing_buffer() {
+        let endless = std::io::BufReader::new(std::io::repeat(0));
+        let mut r = InputReader::new(endless, false).with_limit(1000);
+        let e = r.next().unwrap_err();
+        assert!(e.to_string().contains("longer than 1000 bytes"), "{e}");
+        // A fenced block counts every line.
+        let block = format!("{FENCE}\n{}{FENCE}\n", "line\n".repeat(300));
+        let mut r = InputReader::new(block.as_bytes(), false).with_limit(1000);
+        assert!(r.next().is_err());
+        // Each message has its own budget.
+        let two = format!("{}\n{}\n", "a".repeat(900), "b".repeat(900));
+        let mut r = InputReader::new(two.as_bytes(), false).with_limit(1000);
+        assert_eq!(r.next().unwrap(), msg(&"a".repeat(900)));
+        assert_eq!(r.next().unwrap(), msg(&"b".repeat(900)));
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub struct Args {
     pub memory: Option<PathBuf>,
     #[command(flatten)]
     pub mem: super::memory::MemoryArgs,
+    /// Print the prompt the model reads (with a memory: the history it
+    /// sees too) on stderr before generating.
+    #[arg(long)]
+    pub verbose_prompt: bool,
 }
 
 fn read_prompt(args: &Args) -> Result<String> {
@@ -129,6 +133,20 @@ pub fn run(args: Args) -> Result<()> {
         _ => tokens,
     };
     let n_prompt = tokens.len();
+    if args.verbose_prompt {
+        let text = vocab.decode_with(
+            &tokens,
+            tokenize::DecodeOptions {
+                unparse_special: true,
+                keep_spaces: true,
+                ..Default::default()
+            },
+        );
+        eprintln!(
+            "cachefit: prompt, {n_prompt} tokens:\n{}",
+            String::from_utf8_lossy(&text)
+        );
+    }
     if args.gen.n_predict == 0 {
         eprintln!("cachefit: -n 0: nothing to generate");
         if args.json {

@@ -23,7 +23,7 @@ pub const WINDOW: usize = 2048;
 /// encoded with.
 pub const OVERLAP: usize = 512;
 /// Tokens per forward pass.
-const CHUNK: usize = 64;
+const CHUNK: usize = 256;
 
 /// Captured rows for a run of tokens, per captured layer.
 #[derive(Clone, Debug, Default, PartialEq)]

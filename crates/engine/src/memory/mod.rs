@@ -73,8 +73,8 @@ pub fn fingerprint(file: &gguf::GgufFile, vocab: &tokenize::Vocab) -> [u8; 32] {
 }
 
 /// The tokens a job reads for `prompt` with a memory: `[BOS] | view |
-/// prompt` (a BOS the prompt starts with moves to the front, so the
-/// history does not sit before it), the view taking what the context
+/// prompt` (a BOS the vocabulary put at the prompt's start moves to the
+/// front, so the history does not sit before it), the view taking what the context
 /// leaves after the prompt and `reserve` tokens to generate. Errors if
 /// the prompt alone does not fit.
 pub fn assemble(
@@ -85,7 +85,11 @@ pub fn assemble(
     n_ctx: usize,
     reserve: usize,
 ) -> Result<(Vec<u32>, View), MemoryError> {
-    let bos = vocab.bos().filter(|&b| prompt.first() == Some(&b));
+    // Only a BOS the vocabulary adds: some models' BOS is also a chat
+    // template's turn start (SmolLM2's <|im_start|>), which stays put.
+    let bos = vocab
+        .bos()
+        .filter(|&b| vocab.add_bos() && prompt.first() == Some(&b));
     let body = &prompt[bos.is_some() as usize..];
     let used = body.len() + bos.is_some() as usize + reserve.min(n_ctx / 2);
     let room = n_ctx.saturating_sub(used + 1);

@@ -42,6 +42,9 @@ pub const BLOCK_TOKENS: usize = 64;
 /// and every token read costs time before the first token of an answer.
 const PROBE_CONTEXT: usize = 64;
 
+/// Tokens recalled on each side of a found block.
+const MARGIN: usize = 32;
+
 /// Blocks appended between commits while ingesting.
 pub const COMMIT_EVERY: usize = 64;
 
@@ -65,7 +68,7 @@ impl Default for MemoryConfig {
         MemoryConfig {
             hot_tokens: 2048,
             sink_tokens: 64,
-            recall_blocks: 8,
+            recall_blocks: 4,
             query_tokens: 8,
             search_slots: 8,
         }
@@ -438,43 +441,38 @@ impl MemorySession {
         tokens.extend_from_slice(&self.tail[self.tail.len() - hot..]);
         let mut recalled = Vec::new();
         let mut recalled_tokens = 0;
-        // Each found block with the one after it: a fact cut by a block
-        // boundary comes back whole (measured: a needle's sentence in
-        // blocks 149–150, only 149 found, answered wrong). Best last: the
-        // weakest first, so the best sits by the prompt.
-        let n_blocks = self.file.len_blocks();
+        // Each found block with MARGIN tokens either side: a fact cut by a
+        // block boundary comes back whole (measured: a needle's sentence
+        // split over blocks 352–353, only 353 found, answered wrong). Best
+        // last: the weakest first, so the best sits by the prompt.
         let hot_from = (total - hot) as u64;
-        let mut taken: Vec<u64> = Vec::new();
-        let mut spans: Vec<Vec<u64>> = Vec::new();
+        let sink_end = self.sinks.len() as u64;
+        let index = self.file.index();
+        let mut spans: Vec<(u64, u64, u64)> = Vec::new(); // (block, from, to) in history
         for &b in &found {
-            if taken.contains(&b) {
+            let m = index.meta(b as usize);
+            let from = m.first_token.saturating_sub(MARGIN as u64).max(sink_end);
+            let to = (m.first_token + m.n_tokens as u64 + MARGIN as u64).min(hot_from);
+            // Merge with a span it overlaps or touches.
+            if let Some(s) = spans.iter_mut().find(|s| from <= s.2 && to >= s.1) {
+                let (nf, nt) = (s.1.min(from), s.2.max(to));
+                let grow = (nt - nf) - (s.2 - s.1);
+                if recalled_tokens + grow as usize > recall_room {
+                    continue;
+                }
+                recalled_tokens += grow as usize;
+                (s.1, s.2) = (nf, nt);
                 continue;
             }
-            let mut span = vec![b];
-            let next = b + 1;
-            if next < n_blocks
-                && !taken.contains(&next)
-                && self.file.index().meta(next as usize).first_token + (BLOCK_TOKENS as u64)
-                    <= hot_from
-            {
-                span.push(next);
-            }
-            let len: usize = span
-                .iter()
-                .map(|&x| self.file.index().meta(x as usize).n_tokens as usize)
-                .sum();
-            if recalled_tokens + len > recall_room {
+            if recalled_tokens + (to - from) as usize > recall_room {
                 continue;
             }
-            recalled_tokens += len;
-            taken.extend(&span);
-            spans.push(span);
+            recalled_tokens += (to - from) as usize;
+            spans.push((b, from, to));
         }
-        for span in spans.into_iter().rev() {
-            for b in span {
-                recalled.push(b);
-                tokens.extend_from_slice(&self.file.read_block(b)?.ids());
-            }
+        for &(b, from, to) in spans.iter().rev() {
+            recalled.push(b);
+            tokens.extend(self.read_tokens(from, (to - from) as usize)?);
         }
         Ok(View {
             tokens,

@@ -30,6 +30,9 @@ pub struct Args {
     /// Print one JSON line of totals at the end.
     #[arg(long)]
     pub json: bool,
+    /// Largest document read, in bytes (an endless input is refused).
+    #[arg(long = "max-bytes", value_name = "BYTES", default_value_t = 1 << 30)]
+    pub max_bytes: usize,
 }
 
 /// Tokens per append (and progress update).
@@ -40,15 +43,7 @@ pub fn run(args: Args) -> Result<()> {
     // Read every document first: a bad file is an error before any work.
     let mut docs = Vec::new();
     for f in &args.files {
-        let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            anyhow::anyhow!(
-                "{} is not valid UTF-8 (at byte {})",
-                f.display(),
-                e.utf8_error().valid_up_to()
-            )
-        })?;
-        docs.push((f, text));
+        docs.push((f, common::read_bounded(f, args.max_bytes)?));
     }
     let pools = common::Pools::from_args(&args.model)?;
     let opened = common::open_model(&args.model)?;

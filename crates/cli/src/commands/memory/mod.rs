@@ -109,7 +109,7 @@ pub fn open_session(
 /// One stderr line on what a prompt sees of a memory.
 pub fn log_view(s: &MemorySession, v: &engine::memory::View, took: std::time::Duration) {
     eprintln!(
-        "cachefit: memory {}: {} tokens of history; the prompt sees {} (start {}, end {}, {} recalled in {} block{}), found in {:.0} ms",
+        "cachefit: memory {}: {} tokens of history; the prompt sees {} (start {}, end {}, {} recalled in {} block{} {:?}), found in {:.0} ms",
         s.path().display(),
         s.tokens(),
         v.tokens.len(),
@@ -118,6 +118,7 @@ pub fn log_view(s: &MemorySession, v: &engine::memory::View, took: std::time::Du
         v.recalled_tokens,
         v.recalled.len(),
         if v.recalled.len() == 1 { "" } else { "s" },
+        v.recalled,
         took.as_secs_f64() * 1e3
     );
 }

@@ -2,7 +2,7 @@
 //! ("The secret code for the THING is DIGITS."), the chat-rendered
 //! question's recall, and where the needle's block ranks.
 //!
-//! cargo run --release -p cachefit-engine --example memory_recall -- MODEL.gguf FILE.mem NEEDLES.json [HOT] [K] [QUERY_TOKENS]
+//! cargo run --release -p cachefit-engine --example memory_recall -- MODEL.gguf FILE.mem NEEDLES.json [HOT] [K] [QUERY_TOKENS] [SEARCH_SLOTS]
 use chat::{ChatTemplate, Message};
 use engine::memory::{MemoryConfig, MemorySession, ModelEncoder};
 use kernels::pool::ThreadPool;
@@ -22,13 +22,13 @@ fn main() {
     let config = MemoryConfig {
         hot_tokens: hot,
         query_tokens: qt,
-        search_slots: std::env::var("SLOTS").map_or(36, |s| s.parse().unwrap()),
+        search_slots: a.get(7).map_or(8, |s| s.parse().unwrap()),
         ..MemoryConfig::default()
     };
     let s = MemorySession::open(
         std::path::Path::new(&a[2]),
         fp,
-        &enc,
+        engine::memory::HeadShape::of(&cfg),
         memory::Mode::Read,
         config,
     )

@@ -5,8 +5,18 @@
 //! `--threads-batch` asks for another thread count).
 
 use kernels::pool::ThreadPool;
-use model::{ModelConfig, State, Token};
+use model::{Model, ModelConfig, State, Token};
 use tokenize::Vocab;
+
+use crate::memory::encoder::{EncoderState, LentEncoder};
+use crate::memory::{KeyEncoder, MemoryError};
+
+/// What long memory needs from a backend: the model's keys for text
+/// (its own state, not a slot's) and the vocabulary.
+pub struct MemoryHost<'a> {
+    pub encoder: Box<dyn KeyEncoder + 'a>,
+    pub vocab: &'a Vocab,
+}
 
 /// Batched evaluation over per-slot KV caches, and the bytes each token
 /// stands for.
@@ -27,11 +37,20 @@ pub trait Backend {
     fn piece(&self, token: u32) -> &[u8];
     /// The tokens that end a generation (EOS, EOT, ...).
     fn eog_tokens(&self) -> &[u32];
+    /// Long memory's access to the model, for backends that have one.
+    fn memory_host(&mut self) -> Result<MemoryHost<'_>, MemoryError> {
+        Err(MemoryError::Model(
+            "this backend has no long-memory support".into(),
+        ))
+    }
 }
 
 pub struct ModelBackend<'a> {
     cfg: &'a ModelConfig,
+    model: &'a Model<'a>,
     state: State<'a>,
+    /// Made on the first memory job.
+    encoder: Option<EncoderState<'a>>,
     pool: ThreadPool,
     batch_pool: Option<ThreadPool>,
     vocab: &'a Vocab,
@@ -41,6 +60,7 @@ impl<'a> ModelBackend<'a> {
     /// `batch_pool`, when given, runs the passes that read prompt tokens.
     pub fn new(
         cfg: &'a ModelConfig,
+        model: &'a Model<'a>,
         state: State<'a>,
         pool: ThreadPool,
         batch_pool: Option<ThreadPool>,
@@ -48,7 +68,9 @@ impl<'a> ModelBackend<'a> {
     ) -> ModelBackend<'a> {
         ModelBackend {
             cfg,
+            model,
             state,
+            encoder: None,
             pool,
             batch_pool,
             vocab,
@@ -97,5 +119,19 @@ impl Backend for ModelBackend<'_> {
 
     fn eog_tokens(&self) -> &[u32] {
         self.vocab.eog_tokens()
+    }
+
+    fn memory_host(&mut self) -> Result<MemoryHost<'_>, MemoryError> {
+        if self.encoder.is_none() {
+            self.encoder = Some(EncoderState::new(self.model)?);
+        }
+        let core = self.encoder.as_mut().expect("made above");
+        Ok(MemoryHost {
+            encoder: Box::new(LentEncoder {
+                core,
+                pool: &self.pool,
+            }),
+            vocab: self.vocab,
+        })
     }
 }

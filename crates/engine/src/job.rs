@@ -5,8 +5,10 @@
 //! the server forwards to a channel. Nothing here knows about HTTP: the
 //! server chooses status codes from [`JobError`] and [`FinishReason`].
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::memory::{MemorySession, View};
 use crate::params::GenParams;
 
 /// Where a job's output goes. Called on the scheduler's thread.
@@ -33,6 +35,54 @@ pub struct Job {
     pub params: GenParams,
     pub sink: Box<dyn Sink>,
     pub queued_at: Instant,
+    /// A long memory the prompt sees (and, with `append`, is added to).
+    pub memory: Option<JobMemory>,
+}
+
+/// A job's long memory: the history the prompt sees before itself
+/// ([`crate::memory::assemble`], done when the job is admitted), and
+/// whether the turn (the prompt and what was generated, with the token
+/// that ended it) is appended and committed when it ends.
+pub struct JobMemory {
+    pub target: MemoryTarget,
+    pub append: bool,
+    /// Set on admission: the session, the prompt as given (the job's
+    /// prompt becomes the memory's context followed by it), and what the
+    /// prompt saw.
+    pub(crate) session: Option<Arc<Mutex<MemorySession>>>,
+    pub(crate) turn: Option<Vec<u32>>,
+    pub(crate) view: Option<View>,
+}
+
+/// Which memory a job sees.
+pub enum MemoryTarget {
+    /// One the caller opened.
+    Session(Arc<Mutex<MemorySession>>),
+    /// A file the scheduler opens (or makes) through its
+    /// [`crate::memory::Memories`] (a server's per-conversation files).
+    File(std::path::PathBuf),
+}
+
+impl JobMemory {
+    /// A memory the caller opened.
+    pub fn new(session: Arc<Mutex<MemorySession>>, append: bool) -> JobMemory {
+        JobMemory::with_target(MemoryTarget::Session(session), append)
+    }
+
+    /// The memory file at `path`, opened or made by the scheduler.
+    pub fn file(path: std::path::PathBuf, append: bool) -> JobMemory {
+        JobMemory::with_target(MemoryTarget::File(path), append)
+    }
+
+    fn with_target(target: MemoryTarget, append: bool) -> JobMemory {
+        JobMemory {
+            target,
+            append,
+            session: None,
+            turn: None,
+            view: None,
+        }
+    }
 }
 
 impl Job {
@@ -43,7 +93,13 @@ impl Job {
             params,
             sink,
             queued_at: Instant::now(),
+            memory: None,
         }
+    }
+
+    pub fn with_memory(mut self, memory: JobMemory) -> Job {
+        self.memory = Some(memory);
+        self
     }
 }
 
@@ -101,6 +157,19 @@ pub struct Finish {
     pub prompt_time: Duration,
     /// From the first sampled token to the end.
     pub generation_time: Duration,
+    /// What a long memory gave the prompt, and the tokens appended to it.
+    pub memory: Option<MemoryUse>,
+}
+
+/// What a job's long memory did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Tokens of history when the job started.
+    pub history_tokens: u64,
+    /// The context the prompt saw: `sinks + hot + recalled` tokens.
+    pub view: View,
+    /// Tokens appended when the job ended (0 without `append`).
+    pub appended: usize,
 }
 
 /// Why a job could not run (its sink gets this instead of a [`Finish`]).
@@ -118,4 +187,6 @@ pub enum JobError {
     ShuttingDown(String),
     #[error("internal error while generating")]
     Internal,
+    #[error("long memory: {0}")]
+    Memory(String),
 }

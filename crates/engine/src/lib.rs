@@ -22,7 +22,7 @@
 //! Running one prompt to the end:
 //!
 //! ```ignore
-//! let mut scheduler = Scheduler::new(ModelBackend::new(cfg, weights, state, pool, None, &vocab))
+//! let mut scheduler = Scheduler::new(ModelBackend::new(cfg, &model, state, pool, None, &vocab))
 //!     .with_stream_interval(Duration::ZERO);
 //! let prompt = engine::prompt::completion_tokens(&vocab, "ROMEO:");
 //! scheduler.submit(Job::new(0, prompt, GenParams::new(SamplerConfig::default()), Box::new(sink)));
@@ -41,8 +41,8 @@ pub mod stats;
 pub mod stop;
 mod text;
 
-pub use backend::{Backend, ModelBackend};
-pub use job::{Finish, FinishReason, Job, JobError, Sink};
+pub use backend::{Backend, MemoryHost, ModelBackend};
+pub use job::{Finish, FinishReason, Job, JobError, JobMemory, MemoryTarget, MemoryUse, Sink};
 pub use params::{validate, GenParams, SamplingError, SamplingParam};
 pub use sample::{argmax, SampleError, Sampler, SamplerConfig};
 pub use scheduler::{Msg, Scheduler, DEFAULT_STREAM_INTERVAL};

@@ -43,7 +43,8 @@ use std::time::{Duration, Instant};
 use model::Token;
 
 use crate::backend::Backend;
-use crate::job::{Finish, FinishReason, Job, JobError};
+use crate::job::{Finish, FinishReason, Job, JobError, MemoryTarget, MemoryUse};
+use crate::memory::Memories;
 use crate::sample::Sampler;
 use crate::stats::Stats;
 use crate::stop::StopConditions;
@@ -72,6 +73,10 @@ struct Active {
     next: Option<u32>,
     started_at: Instant,
     first_token_at: Option<Instant>,
+    /// What the job's memory gave it (see [`Job::memory`]).
+    memory: Option<MemoryUse>,
+    /// The tokens sampled, for a memory the turn is appended to.
+    sampled: Vec<u32>,
 }
 
 impl Active {
@@ -87,6 +92,7 @@ impl Active {
             seed: self.sampler.seed(),
             prompt_time: first.duration_since(self.started_at),
             generation_time: now.duration_since(first),
+            memory: self.memory.clone(),
         }
     }
 }
@@ -126,6 +132,8 @@ pub struct Scheduler<B: Backend> {
     steps: u64,
     /// See [`DEFAULT_STREAM_INTERVAL`].
     stream_interval: Duration,
+    /// Memory files jobs name by path.
+    memories: Option<Memories>,
 }
 
 impl<B: Backend> Scheduler<B> {
@@ -154,7 +162,15 @@ impl<B: Backend> Scheduler<B> {
             n_decode: 0,
             steps: 0,
             stream_interval: DEFAULT_STREAM_INTERVAL,
+            memories: None,
         }
+    }
+
+    /// Open (and make) the memory files jobs name by path
+    /// ([`crate::job::MemoryTarget::File`]) through `memories`.
+    pub fn with_memories(mut self, memories: Memories) -> Scheduler<B> {
+        self.memories = Some(memories);
+        self
     }
 
     /// Send a generation's text at most once per `interval` (zero: every
@@ -282,6 +298,7 @@ impl<B: Backend> Scheduler<B> {
             "the backend returned the wrong number of logits rows"
         );
         let mut generated = 0;
+        let mut ended_jobs = Vec::new();
         for (r, &si) in self.row_slots.iter().enumerate() {
             let row = &logits[r * n_vocab..(r + 1) * n_vocab];
             let slot = &mut self.slots[si];
@@ -301,12 +318,11 @@ impl<B: Backend> Scheduler<B> {
                 self.stats.first_token(a.job.queued_at.elapsed());
             }
             if let Some(reason) = ended {
-                let mut a = slot.active.take().expect("still on its slot");
-                self.stats.finish_job(a.job.queued_at.elapsed());
-                let finish = a.finish(reason);
-                a.out.send_pending(a.job.sink.as_mut());
-                a.job.sink.finish(Ok(finish));
+                ended_jobs.push((slot.active.take().expect("still on its slot"), reason));
             }
+        }
+        for (a, reason) in ended_jobs {
+            self.end(a, reason);
         }
         let prompt_tokens = self.batch.len() - self.n_decode;
         self.stats
@@ -367,29 +383,67 @@ impl<B: Backend> Scheduler<B> {
                     seed: job.params.sampling.seed.unwrap_or(0),
                     prompt_time: Duration::ZERO,
                     generation_time: Duration::ZERO,
+                    memory: None,
                 };
                 job.sink.finish(Ok(finish));
             } else {
                 i += 1;
             }
         }
+        let mut ended = Vec::new();
         for slot in &mut self.slots {
             if slot.active.as_ref().is_some_and(|a| a.job.sink.cancelled()) {
                 let mut a = slot.active.take().expect("checked");
-                self.stats.finish_job(a.job.queued_at.elapsed());
                 self.stats.cancelled(1);
                 // A prompt cut short left positions past the cache's tokens
                 // half read; the cache vector says what is really there.
                 a.out.flush(a.job.sink.as_mut());
-                let finish = a.finish(FinishReason::Cancelled);
+                ended.push(a);
+            }
+        }
+        for a in ended {
+            self.end(a, FinishReason::Cancelled);
+        }
+    }
+
+    /// A job's end: its memory gets the turn (when it asked), its sink the
+    /// rest of the text and the finish.
+    fn end(&mut self, mut a: Active, reason: FinishReason) {
+        self.stats.finish_job(a.job.queued_at.elapsed());
+        let mut finish = a.finish(reason);
+        a.out.send_pending(a.job.sink.as_mut());
+        let appended = a.job.memory.as_ref().filter(|m| m.append).map(|m| {
+            let mut turn = m.turn.clone().unwrap_or_default();
+            turn.extend_from_slice(&a.sampled);
+            append_turn(&mut self.backend, m, &turn).map(|()| turn.len())
+        });
+        match appended {
+            Some(Err(e)) => a.job.sink.finish(Err(e)),
+            Some(Ok(n)) => {
+                if let Some(m) = finish.memory.as_mut() {
+                    m.appended = n;
+                }
                 a.job.sink.finish(Ok(finish));
             }
+            None => a.job.sink.finish(Ok(finish)),
         }
     }
 
     /// Start queued jobs, oldest first, on free slots.
     fn admit(&mut self) {
-        while let Some(job) = self.queue.front() {
+        while self.slots.iter().any(|s| s.active.is_none()) {
+            // A memory job's prompt becomes its context and itself first,
+            // so the slot with that prefix can be found.
+            let Some(head) = self.queue.front_mut() else {
+                break;
+            };
+            if let Err(e) = prepare_memory(&mut self.backend, &mut self.memories, head) {
+                let mut job = self.queue.pop_front().expect("front exists");
+                self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+                job.sink.finish(Err(e));
+                continue;
+            }
+            let job = self.queue.front().expect("front exists");
             let prompt = &job.prompt;
             let best = self
                 .slots
@@ -451,7 +505,22 @@ impl<B: Backend> Scheduler<B> {
             ignore_eos: p.ignore_eos,
         };
         self.stats.start_job(job.prompt.len(), cached);
+        let memory = job.memory.as_ref().and_then(|m| {
+            let view = m.view.clone()?;
+            let history_tokens = m
+                .session
+                .as_ref()
+                .and_then(|s| s.lock().ok().map(|s| s.tokens()))
+                .unwrap_or(0);
+            Some(MemoryUse {
+                history_tokens,
+                view,
+                appended: 0,
+            })
+        });
         slot.active = Some(Active {
+            memory,
+            sampled: Vec::new(),
             out: TextOut::new(&stop),
             stop,
             cached,
@@ -544,6 +613,9 @@ fn sample_slot<B: Backend>(
     if a.first_token_at.is_none() {
         a.first_token_at = Some(Instant::now());
     }
+    if a.job.memory.as_ref().is_some_and(|m| m.append) {
+        a.sampled.push(tok);
+    }
     let sink = a.job.sink.as_mut();
     if a.stop.stops_at(tok) {
         a.out.flush(sink);
@@ -564,6 +636,74 @@ fn sample_slot<B: Backend>(
     }
     a.next = Some(tok);
     None
+}
+
+/// Turn a memory job's prompt into `[memory context | prompt]` (once: on
+/// its first try at admission), its view kept for the finish.
+fn prepare_memory<B: Backend>(
+    backend: &mut B,
+    memories: &mut Option<Memories>,
+    job: &mut Job,
+) -> Result<(), JobError> {
+    let n_ctx = backend.n_ctx();
+    let Some(m) = job.memory.as_mut().filter(|m| m.turn.is_none()) else {
+        return Ok(());
+    };
+    let reserve = job.params.max_tokens.min(n_ctx / 4);
+    let memory_err = |e: crate::memory::MemoryError| JobError::Memory(e.to_string());
+    let mut host = backend.memory_host().map_err(memory_err)?;
+    let shared = match &m.target {
+        MemoryTarget::Session(s) => s.clone(),
+        MemoryTarget::File(path) => {
+            let memories = memories.as_mut().ok_or_else(|| {
+                JobError::Memory("this engine was not given memory files to open".into())
+            })?;
+            let vocab = host.vocab;
+            memories
+                .session(path, host.encoder.as_mut(), &|t| {
+                    crate::prompt::document_tokens(vocab, t)
+                })
+                .map_err(memory_err)?
+        }
+    };
+    m.session = Some(shared.clone());
+    let session = shared
+        .lock()
+        .map_err(|_| JobError::Memory("a memory session was poisoned by a panic".into()))?;
+    let (tokens, view) = crate::memory::assemble(
+        &session,
+        host.encoder.as_mut(),
+        host.vocab,
+        &job.prompt,
+        n_ctx,
+        reserve,
+    )
+    .map_err(memory_err)?;
+    drop(session);
+    m.turn = Some(std::mem::replace(&mut job.prompt, tokens));
+    m.view = Some(view);
+    Ok(())
+}
+
+/// Append a finished turn to its memory and commit it.
+fn append_turn<B: Backend>(
+    backend: &mut B,
+    m: &crate::job::JobMemory,
+    turn: &[u32],
+) -> Result<(), JobError> {
+    let memory_err = |e: crate::memory::MemoryError| JobError::Memory(e.to_string());
+    let mut host = backend.memory_host().map_err(memory_err)?;
+    let shared = m
+        .session
+        .as_ref()
+        .ok_or_else(|| JobError::Memory("the job's memory was never opened".into()))?;
+    let mut session = shared
+        .lock()
+        .map_err(|_| JobError::Memory("a memory session was poisoned by a panic".into()))?;
+    session
+        .append(host.encoder.as_mut(), turn, false)
+        .and_then(|()| session.commit())
+        .map_err(memory_err)
 }
 
 /// Length of the longest common prefix.

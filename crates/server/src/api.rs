@@ -347,6 +347,35 @@ impl Options {
     }
 }
 
+/// The memory a request names: its `memory` field (our extension), else
+/// OpenAI's `user` field. A name is a file name's stem: 1 to 128 letters,
+/// digits, `_`, `-` or `.`, starting with a letter or digit, so it can
+/// never leave the memory folder.
+pub fn memory_name(obj: &Map<String, Value>) -> Result<Option<(&'static str, String)>, ApiError> {
+    let (field, v) = match (obj.get("memory"), obj.get("user")) {
+        (Some(v), _) if !v.is_null() => ("memory", v),
+        (_, Some(v)) if !v.is_null() => ("user", v),
+        _ => return Ok(None),
+    };
+    let Value::String(name) = v else {
+        return Err(wrong_type(field, "a string", v));
+    };
+    let ok = (1..=128).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if !ok {
+        return Err(ApiError::param(
+            field,
+            format!(
+                "`{field}` names a memory: 1 to 128 letters, digits, `_`, `-` or `.`, starting with a letter or digit"
+            ),
+        ));
+    }
+    Ok(Some((field, name.clone())))
+}
+
 /// Typed, range-checked reads of optional fields; null counts as absent.
 struct Fields<'a>(&'a Map<String, Value>);
 
@@ -748,6 +777,7 @@ mod tests {
             seed: 1,
             prompt_time: Duration::ZERO,
             generation_time: Duration::ZERO,
+            memory: None,
         };
         let env = Envelope {
             kind: Kind::Chat,

@@ -60,6 +60,8 @@ pub struct App {
     pub turn_end: TurnEnd,
     /// How requests generate unless they say otherwise (the command line).
     pub defaults: GenParams,
+    /// Where this key's memory files live (`--memory-dir`/namespace).
+    pub memory_root: Option<std::path::PathBuf>,
     pub jobs: Sender<Msg>,
     pub metrics: Arc<Metrics>,
     /// Positions per slot.
@@ -360,7 +362,21 @@ async fn generate(
         p.extra_eog.extend(&app.turn_end.eog);
         p.stop.extend(app.turn_end.stop.iter().cloned());
     }
-    let (id, rx) = submit(&app, prompt, &options)?;
+    // Without --memory-dir, `user` is only OpenAI's end-user label.
+    let memory = match (api::memory_name(&obj)?, &app.memory_root) {
+        (None, _) | (Some(("user", _)), None) => None,
+        (Some((_, name)), Some(root)) => Some(engine::JobMemory::file(
+            root.join(format!("{name}.mem")),
+            true,
+        )),
+        (Some(_), None) => {
+            return Err(ApiError::param(
+                "memory",
+                "This server keeps no memories: start it with --memory-dir DIR",
+            ))
+        }
+    };
+    let (id, rx) = submit(&app, prompt, &options, memory)?;
     let envelope = Envelope {
         kind,
         id: format!(
@@ -453,6 +469,7 @@ fn submit(
     app: &App,
     prompt: Vec<u32>,
     options: &Options,
+    memory: Option<engine::JobMemory>,
 ) -> Result<(u64, UnboundedReceiver<Event>), ApiError> {
     if app.shutting_down.load(Ordering::Relaxed) {
         return Err(ApiError::unavailable("The server is shutting down"));
@@ -471,7 +488,8 @@ fn submit(
     }
     let (sink, rx) = events::channel();
     let id = app.next_id.fetch_add(1, Ordering::Relaxed);
-    let job = Job::new(id, prompt, options.params.clone(), Box::new(sink));
+    let mut job = Job::new(id, prompt, options.params.clone(), Box::new(sink));
+    job.memory = memory;
     if app.jobs.send(Msg::Job(Box::new(job))).is_err() {
         queued.fetch_sub(1, Ordering::AcqRel);
         return Err(ApiError::unavailable("The engine has stopped"));

@@ -87,6 +87,10 @@ pub struct Config {
     pub stream_interval: Duration,
     /// How requests generate unless they say otherwise.
     pub defaults: GenParams,
+    /// Per-conversation memory files live here (`--memory-dir`), chosen by
+    /// a request's `memory` (or `user`) field.
+    pub memory_dir: Option<std::path::PathBuf>,
+    pub memory: engine::memory::MemoryConfig,
 }
 
 /// Serve the model until SIGINT/SIGTERM. `opts.n_seq` is the number of
@@ -107,6 +111,17 @@ pub fn serve(
     }
     let vocab = Arc::new(vocab);
     let template = chat_template(file, &vocab);
+    // Before binding: binding may release pages the hash would read again.
+    let memories = config.memory_dir.as_ref().map(|_| {
+        let fingerprint = engine::memory::fingerprint(file, &vocab);
+        let id_bytes = if vocab.len() <= 1 << 16 { 2 } else { 4 };
+        engine::memory::Memories::new(
+            fingerprint,
+            engine::memory::HeadShape::of(cfg),
+            id_bytes,
+            config.memory,
+        )
+    });
     let model = Model::from_gguf(file, cfg)?;
     let state = model.new_state(opts)?;
     let addr = format!("{}:{}", config.host, config.port);
@@ -140,6 +155,10 @@ pub fn serve(
             chat::Special::Text
         },
         defaults: config.defaults.clone(),
+        memory_root: config
+            .memory_dir
+            .as_ref()
+            .map(|d| d.join(memory_namespace(config.api_key.as_deref()))),
         jobs,
         metrics: metrics.clone(),
         n_ctx: opts.n_ctx,
@@ -161,6 +180,7 @@ pub fn serve(
         .build()
         .map_err(Error::Runtime)?;
 
+    let model = &model;
     std::thread::scope(|scope| -> Result<(), Error> {
         let engine_vocab = vocab.clone();
         let (threads, threads_batch) = (config.threads, config.threads_batch);
@@ -170,8 +190,12 @@ pub fn serve(
             .spawn_scoped(scope, move || {
                 let pool = ThreadPool::new(threads);
                 let batch_pool = (threads_batch != threads).then(|| ThreadPool::new(threads_batch));
-                let backend = ModelBackend::new(cfg, state, pool, batch_pool, &engine_vocab);
-                Scheduler::new(backend)
+                let backend = ModelBackend::new(cfg, model, state, pool, batch_pool, &engine_vocab);
+                let mut scheduler = Scheduler::new(backend);
+                if let Some(m) = memories {
+                    scheduler = scheduler.with_memories(m);
+                }
+                scheduler
                     .with_stats(stats)
                     .with_stream_interval(stream_interval)
                     .run(rx);
@@ -237,6 +261,26 @@ pub fn check_api_key(key: &str) -> Result<(), Error> {
         )));
     }
     Ok(())
+}
+
+/// The folder of `--memory-dir` a key's memories live in: a hash of the
+/// key, so clients of one key never name another key's files, and memories
+/// made under a key stay unreadable after it changes.
+fn memory_namespace(key: Option<&str>) -> String {
+    use sha2::{Digest, Sha256};
+    match key {
+        Some(k) => {
+            let h = Sha256::digest(k.as_bytes());
+            format!(
+                "key-{}",
+                h[..8]
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            )
+        }
+        None => "open".to_string(),
+    }
 }
 
 fn chat_template(file: &GgufFile, vocab: &Vocab) -> ChatTemplate {

@@ -77,6 +77,15 @@ pub struct Args {
     /// Print each rendered prompt on stderr before its reply.
     #[arg(long)]
     pub verbose_prompt: bool,
+    /// A memory file (made if new): every turn, the prompt sees its
+    /// history (its start, its end and blocks recalled for the message),
+    /// and the turn (message and reply) is appended, so a later chat
+    /// remembers. The conversation itself then lives in the memory: each
+    /// prompt renders only the system prompt and the new message.
+    #[arg(long, value_name = "FILE")]
+    pub memory: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub mem: super::memory::MemoryArgs,
     /// Let control tokens typed in messages (`<|im_end|>`) act as control
     /// tokens; by default message text is always text.
     #[arg(long = "special-in-messages")]
@@ -107,7 +116,25 @@ pub fn run(args: Args) -> Result<()> {
         token_text(vocab.eos()),
     )
     .with_context(|| format!("{path}: reading the chat template"))?;
+    // Before binding: binding may release pages the hash would read again.
+    let fingerprint = args
+        .memory
+        .as_ref()
+        .map(|_| engine::memory::fingerprint(&opened.file, vocab));
+    let threads = pools.decode().n_threads();
     let model = super::generate::bind(&opened, &args.model)?;
+    let memory = match (&args.memory, fingerprint) {
+        (Some(path), Some(fp)) => Some(super::memory::session_for(
+            path,
+            &opened,
+            &model,
+            fp,
+            threads,
+            memory::Mode::Write,
+            args.mem.config(),
+        )?),
+        _ => None,
+    };
     let local = Local::new(&opened, &model, &opts, pools)?;
     eprintln!(
         "cachefit: {} ({}, {} layers), ctx {n_ctx}, {} KV cache, batch {}, {}, kernels {}",
@@ -154,6 +181,7 @@ pub fn run(args: Args) -> Result<()> {
             chat::Special::Text
         },
         printer: Printer::new(ctrl_c.interrupted.clone(), true),
+        memory: memory.map(|s| (args.memory.clone().expect("with a session"), s)),
     };
 
     let stdin = std::io::stdin();
@@ -217,6 +245,11 @@ struct Chat<'a> {
     /// `--special-in-messages`.
     special: chat::Special,
     printer: Printer,
+    /// The memory file and its session, when the chat has one.
+    memory: Option<(
+        std::path::PathBuf,
+        std::sync::Arc<std::sync::Mutex<engine::memory::MemorySession>>,
+    )>,
 }
 
 impl Chat<'_> {
@@ -236,6 +269,10 @@ impl Chat<'_> {
     fn answer(&mut self, text: String, ctrl_c: &CtrlC) -> Result<bool> {
         let n_ctx = self.n_ctx;
         let vocab = self.vocab;
+        if self.memory.is_some() {
+            // The memory holds the earlier turns.
+            self.conversation.clear();
+        }
         self.conversation.push_user(text);
         let fit = self.conversation.fit(
             &self.template,
@@ -280,9 +317,16 @@ impl Chat<'_> {
         params.sampling.seed = Some(self.base_seed.wrapping_add(self.replies));
         params.extra_eog.extend(&self.turn_end.eog);
         params.stop.extend(self.turn_end.stop.iter().cloned());
-        let n_prompt = prompt.tokens.len();
-        self.local
-            .generate(prompt.tokens, params, Box::new(self.printer.clone()));
+        let memory = self
+            .memory
+            .as_ref()
+            .map(|(_, s)| engine::JobMemory::new(s.clone(), true));
+        self.local.generate(
+            prompt.tokens,
+            params,
+            Box::new(self.printer.clone()),
+            memory,
+        );
         let printed = self.printer.take();
         // Idle before the report: once it is out, Ctrl-C means "exit".
         ctrl_c.set_busy(false);
@@ -303,7 +347,10 @@ impl Chat<'_> {
             return Ok(false);
         }
         self.replies = self.replies.wrapping_add(1);
-        report(&finish, n_prompt, n_ctx);
+        if let (Some(m), Some((path, _))) = (&finish.memory, &self.memory) {
+            super::memory::log_use(path, m);
+        }
+        report(&finish, finish.prompt_tokens, n_ctx);
         if printed.text.is_empty() && finish.reason == FinishReason::Cancelled {
             self.conversation.pop();
         } else {

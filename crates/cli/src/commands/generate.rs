@@ -143,18 +143,25 @@ impl<'a> Local<'a> {
     ) -> Result<Local<'a>> {
         let state = model.new_state(opts)?;
         let (decode, batch) = pools.into_parts();
-        let backend = ModelBackend::new(&opened.cfg, state, decode, batch, &opened.vocab);
+        let backend = ModelBackend::new(&opened.cfg, model, state, decode, batch, &opened.vocab);
         Ok(Local {
             scheduler: Scheduler::new(backend).with_stream_interval(Duration::ZERO),
             next_id: 0,
         })
     }
 
-    /// Generate from `prompt` to the end, into `sink`.
-    pub fn generate(&mut self, prompt: Vec<u32>, params: GenParams, sink: Box<dyn Sink>) {
+    /// Generate from `prompt` to the end, into `sink`, seeing `memory`.
+    pub fn generate(
+        &mut self,
+        prompt: Vec<u32>,
+        params: GenParams,
+        sink: Box<dyn Sink>,
+        memory: Option<engine::JobMemory>,
+    ) {
         self.next_id += 1;
-        self.scheduler
-            .submit(engine::Job::new(self.next_id, prompt, params, sink));
+        let mut job = engine::Job::new(self.next_id, prompt, params, sink);
+        job.memory = memory;
+        self.scheduler.submit(job);
         self.scheduler.run_until_idle();
     }
 }

@@ -108,29 +108,17 @@ pub fn run(args: Args) -> Result<()> {
             tokens.len()
         );
     }
-    let tokens = match (&args.memory, fingerprint) {
-        (Some(path), Some(fp)) => {
-            let reserve = match args.gen.max_tokens() {
-                usize::MAX => n_ctx / 4,
-                n => n,
-            };
-            let mut enc =
-                engine::memory::ModelEncoder::new(&model, kernels::pool::ThreadPool::new(threads))?;
-            let session = super::memory::open_session(
-                path,
-                &opened,
-                fp,
-                &mut enc,
-                memory::Mode::Read,
-                args.mem.config(),
-            )?;
-            let t = Instant::now();
-            let (context, view) =
-                engine::memory::assemble(&session, &mut enc, vocab, &tokens, n_ctx, reserve)?;
-            super::memory::log_view(&session, &view, t.elapsed());
-            context
-        }
-        _ => tokens,
+    let memory = match (&args.memory, fingerprint) {
+        (Some(path), Some(fp)) => Some(super::memory::session_for(
+            path,
+            &opened,
+            &model,
+            fp,
+            threads,
+            memory::Mode::Read,
+            args.mem.config(),
+        )?),
+        _ => None,
     };
     let n_prompt = tokens.len();
     if args.verbose_prompt {
@@ -180,7 +168,12 @@ pub fn run(args: Args) -> Result<()> {
         .context("installing the Ctrl-C handler")?;
     }
     let printer = Printer::new(interrupted, !args.json);
-    local.generate(tokens, params, Box::new(printer.clone()));
+    local.generate(
+        tokens,
+        params,
+        Box::new(printer.clone()),
+        memory.map(|s| engine::JobMemory::new(s, false)),
+    );
     let printed = printer.take();
     if let Some(e) = &printed.write_error {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
@@ -202,6 +195,24 @@ pub fn run(args: Args) -> Result<()> {
             if e.kind() != std::io::ErrorKind::BrokenPipe {
                 return Err(anyhow::anyhow!("writing the output: {e}"));
             }
+        }
+    }
+    if let (Some(m), Some(path)) = (&finish.memory, &args.memory) {
+        super::memory::log_use(path, m);
+        if args.verbose_prompt {
+            let text = vocab.decode_with(
+                &m.view.tokens,
+                tokenize::DecodeOptions {
+                    unparse_special: true,
+                    keep_spaces: true,
+                    ..Default::default()
+                },
+            );
+            eprintln!(
+                "cachefit: the memory's part of the prompt, {} tokens:\n{}",
+                m.view.tokens.len(),
+                String::from_utf8_lossy(&text)
+            );
         }
     }
     match finish.reason {

@@ -72,6 +72,14 @@ pub struct Args {
     /// sooner go out together (0 = an event per token).
     #[arg(long = "stream-interval", value_name = "MS", default_value_t = 10.0)]
     pub stream_interval: f64,
+    /// Give each conversation a memory file in this folder, named by a
+    /// request's `memory` field (or OpenAI's `user`): its prompts see that
+    /// history and every exchange is appended. With an API key, files live
+    /// in a subfolder named by a hash of the key.
+    #[arg(long = "memory-dir", value_name = "DIR")]
+    pub memory_dir: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub mem: super::memory::MemoryArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -164,6 +172,8 @@ pub fn run(args: Args) -> Result<()> {
         special_in_messages: args.special_in_messages,
         stream_interval: Duration::from_secs_f64(args.stream_interval / 1000.0),
         defaults: args.gen.params(opts.n_ctx),
+        memory_dir: args.memory_dir.clone(),
+        memory: args.mem.config(),
     };
     server::serve(&opened.file, &opened.cfg, opened.vocab, &opts, config)
         .with_context(|| format!("serving {path}"))

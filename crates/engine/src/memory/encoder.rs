@@ -224,3 +224,31 @@ impl KeyEncoder for ModelEncoder<'_> {
             .encode(&self.pool, layers, context, tokens, queries)
     }
 }
+
+/// [`KeyEncoder`] over an [`EncoderState`] and a pool lent for the call
+/// (a scheduler's backend lends its own).
+pub struct LentEncoder<'e, 'm> {
+    pub core: &'e mut EncoderState<'m>,
+    pub pool: &'e ThreadPool,
+}
+
+impl KeyEncoder for LentEncoder<'_, '_> {
+    fn shape(&self) -> HeadShape {
+        self.core.shape()
+    }
+
+    fn attention_layers(&self) -> Vec<usize> {
+        self.core.attention_layers()
+    }
+
+    fn encode(
+        &mut self,
+        layers: &[usize],
+        context: &[u32],
+        tokens: &[u32],
+        queries: bool,
+    ) -> Result<Encoded, MemoryError> {
+        self.core
+            .encode(self.pool, layers, context, tokens, queries)
+    }
+}

@@ -33,6 +33,15 @@ pub struct HeadShape {
 }
 
 impl HeadShape {
+    /// The shape of a model's heads.
+    pub fn of(cfg: &model::ModelConfig) -> HeadShape {
+        HeadShape {
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: cfg.head_dim,
+        }
+    }
+
     pub fn q_dim(&self) -> usize {
         self.n_heads * self.head_dim
     }

@@ -22,12 +22,14 @@
 pub mod calibrate;
 pub mod encoder;
 pub mod layout;
+pub mod registry;
 pub mod session;
 
 use sha2::{Digest, Sha256};
 
 pub use encoder::{Encoded, KeyEncoder, ModelEncoder};
 pub use layout::{HeadShape, Layout, Slot};
+pub use registry::Memories;
 pub use session::{MemoryConfig, MemorySession, Recall, View};
 
 /// Why a memory could not be used.

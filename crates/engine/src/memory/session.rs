@@ -76,7 +76,7 @@ impl Default for MemoryConfig {
 }
 
 /// The context a prompt sees before itself.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct View {
     /// `[sinks | hot | recalled]`, to put before the prompt.
     pub tokens: Vec<u32>,
@@ -85,6 +85,8 @@ pub struct View {
     /// The recalled blocks in the order placed, and their tokens.
     pub recalled: Vec<u64>,
     pub recalled_tokens: usize,
+    /// Time spent finding them (probe and search).
+    pub recall_time: std::time::Duration,
 }
 
 /// What a search found, for measuring it.
@@ -125,7 +127,7 @@ impl MemorySession {
         config: MemoryConfig,
     ) -> Result<MemorySession, MemoryError> {
         if path.exists() {
-            return MemorySession::open(path, fingerprint, enc, mode, config);
+            return MemorySession::open(path, fingerprint, enc.shape(), mode, config);
         }
         if mode == Mode::Read {
             return Err(MemoryError::Model(format!(
@@ -161,11 +163,12 @@ impl MemorySession {
         })
     }
 
-    /// Open an existing file made for the model behind `enc`.
+    /// Open an existing file made for the model with `fingerprint` and
+    /// heads of `shape`.
     pub fn open(
         path: &Path,
         fingerprint: [u8; 32],
-        enc: &dyn KeyEncoder,
+        shape: crate::memory::HeadShape,
         mode: Mode,
         config: MemoryConfig,
     ) -> Result<MemorySession, MemoryError> {
@@ -179,7 +182,7 @@ impl MemorySession {
                 model: short_hex(&fingerprint),
             });
         }
-        let layout = Layout::from_params(&file.header().params, enc.shape())?;
+        let layout = Layout::from_params(&file.header().params, shape)?;
         let g = *file.geometry();
         if g.slots as usize != layout.n_slots() || g.code_bytes as usize != layout.code_bytes() {
             return Err(MemoryError::Params(format!(
@@ -431,11 +434,13 @@ impl MemorySession {
             .min(room - sinks - recall_room)
             .min(self.tail.len());
         let k = recall_room / BLOCK_TOKENS;
+        let t0 = std::time::Instant::now();
         let found = if k > 0 {
             self.recall(enc, prompt, is_content, hot, k)?.blocks
         } else {
             Vec::new()
         };
+        let recall_time = t0.elapsed();
         let mut tokens = Vec::with_capacity(sinks + hot + recall_room);
         tokens.extend_from_slice(&self.sinks[..sinks]);
         tokens.extend_from_slice(&self.tail[self.tail.len() - hot..]);
@@ -480,6 +485,7 @@ impl MemorySession {
             hot,
             recalled,
             recalled_tokens,
+            recall_time,
         })
     }
 }

@@ -61,6 +61,29 @@ impl MemoryArgs {
     }
 }
 
+/// A memory session for a job: the file at `path` opened for `model`, or
+/// (writers only) made for it, measuring its layout with an encoder of
+/// `threads` threads that lives only that long.
+pub fn session_for(
+    path: &Path,
+    opened: &Opened,
+    model: &model::Model<'_>,
+    fingerprint: [u8; 32],
+    threads: usize,
+    mode: memory::Mode,
+    config: MemoryConfig,
+) -> Result<std::sync::Arc<std::sync::Mutex<MemorySession>>> {
+    let session = if path.exists() {
+        let shape = engine::memory::HeadShape::of(&opened.cfg);
+        MemorySession::open(path, fingerprint, shape, mode, config)?
+    } else {
+        let mut enc =
+            engine::memory::ModelEncoder::new(model, kernels::pool::ThreadPool::new(threads))?;
+        open_session(path, opened, fingerprint, &mut enc, mode, config)?
+    };
+    Ok(std::sync::Arc::new(std::sync::Mutex::new(session)))
+}
+
 /// Open the memory file at `path` for `opened`'s model (`fingerprint`),
 /// or make it with the layout `enc` measures.
 pub fn open_session(
@@ -106,12 +129,18 @@ pub fn open_session(
     Ok(s)
 }
 
-/// One stderr line on what a prompt sees of a memory.
-pub fn log_view(s: &MemorySession, v: &engine::memory::View, took: std::time::Duration) {
+/// One stderr line on what a prompt saw of a memory.
+pub fn log_use(path: &Path, m: &engine::MemoryUse) {
+    let v = &m.view;
+    let appended = if m.appended > 0 {
+        format!("; {} tokens appended", m.appended)
+    } else {
+        String::new()
+    };
     eprintln!(
-        "cachefit: memory {}: {} tokens of history; the prompt sees {} (start {}, end {}, {} recalled in {} block{} {:?}), found in {:.0} ms",
-        s.path().display(),
-        s.tokens(),
+        "cachefit: memory {}: {} tokens of history; the prompt saw {} (start {}, end {}, {} recalled in {} block{} {:?} found in {:.0} ms){appended}",
+        path.display(),
+        m.history_tokens,
         v.tokens.len(),
         v.sinks,
         v.hot,
@@ -119,7 +148,7 @@ pub fn log_view(s: &MemorySession, v: &engine::memory::View, took: std::time::Du
         v.recalled.len(),
         if v.recalled.len() == 1 { "" } else { "s" },
         v.recalled,
-        took.as_secs_f64() * 1e3
+        v.recall_time.as_secs_f64() * 1e3
     );
 }
 

@@ -249,6 +249,19 @@ pub fn run(args: Args) -> Result<()> {
                 "prompt_tok_s": rate(n_prompt, prompt_ms),
                 "gen_ms": gen_ms,
                 "gen_tok_s": rate(generated, gen_ms),
+                "memory": finish.memory.as_ref().map(|m| {
+                    let v = &m.view;
+                    json!({
+                        "history_tokens": m.history_tokens,
+                        "context_tokens": v.tokens.len(),
+                        "sinks": v.sinks,
+                        "hot": v.hot,
+                        "recalled_tokens": v.recalled_tokens,
+                        "recalled_blocks": v.recalled,
+                        "recalled_text": vocab.decode(&v.tokens[v.sinks + v.hot..]),
+                        "recall_ms": v.recall_time.as_secs_f64() * 1e3,
+                    })
+                }),
             })
         );
     } else {

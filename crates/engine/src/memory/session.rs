@@ -61,6 +61,9 @@ pub struct MemoryConfig {
     pub query_tokens: usize,
     /// Slots that search (the strongest, first in the layout).
     pub search_slots: usize,
+    /// Recall random blocks (seeded) instead of searching: the baseline a
+    /// search must beat in an evaluation, never a setting for use.
+    pub random_recall: Option<u64>,
 }
 
 impl Default for MemoryConfig {
@@ -71,6 +74,7 @@ impl Default for MemoryConfig {
             recall_blocks: 4,
             query_tokens: 8,
             search_slots: 8,
+            random_recall: None,
         }
     }
 }
@@ -406,6 +410,31 @@ impl MemorySession {
         })
     }
 
+    /// `k` distinct blocks drawn at random (seeded by `seed` and the
+    /// history's length) from outside sinks and hot.
+    fn random_blocks(&self, seed: u64, hot: usize, k: usize) -> Vec<u64> {
+        let index = self.file.index();
+        let (sink_end, hot_from) = (self.sinks.len() as u64, self.tokens() - hot as u64);
+        let pool: Vec<u64> = (0..self.file.len_blocks())
+            .filter(|&b| {
+                let m = index.meta(b as usize);
+                m.first_token >= sink_end && m.first_token + m.n_tokens as u64 <= hot_from
+            })
+            .collect();
+        let mut state = seed ^ self.tokens().wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut out = Vec::new();
+        while out.len() < k.min(pool.len()) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let b = pool[(state % pool.len() as u64) as usize];
+            if !out.contains(&b) {
+                out.push(b);
+            }
+        }
+        out
+    }
+
     /// The context `prompt` sees, in at most `room` tokens (what the KV
     /// cache leaves after the prompt and the room kept to generate).
     pub fn view(
@@ -435,10 +464,10 @@ impl MemorySession {
             .min(self.tail.len());
         let k = recall_room / BLOCK_TOKENS;
         let t0 = std::time::Instant::now();
-        let found = if k > 0 {
-            self.recall(enc, prompt, is_content, hot, k)?.blocks
-        } else {
-            Vec::new()
+        let found = match (k, self.config.random_recall) {
+            (0, _) => Vec::new(),
+            (_, Some(seed)) => self.random_blocks(seed, hot, k),
+            _ => self.recall(enc, prompt, is_content, hot, k)?.blocks,
         };
         let recall_time = t0.elapsed();
         let mut tokens = Vec::with_capacity(sinks + hot + recall_room);

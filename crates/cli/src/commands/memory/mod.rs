@@ -48,6 +48,10 @@ pub struct MemoryArgs {
     /// Tokens at the start of the history kept in context (attention sinks).
     #[arg(long = "memory-sinks", value_name = "N", default_value_t = MemoryConfig::default().sink_tokens)]
     pub sinks: usize,
+    /// Evaluation baseline: recall random blocks (seeded) instead of
+    /// searching.
+    #[arg(long = "memory-random-recall", value_name = "SEED", hide_short_help = true)]
+    pub random_recall: Option<u64>,
 }
 
 impl MemoryArgs {
@@ -56,6 +60,7 @@ impl MemoryArgs {
             hot_tokens: self.hot,
             recall_blocks: self.recall,
             sink_tokens: self.sinks,
+            random_recall: self.random_recall,
             ..MemoryConfig::default()
         }
     }
@@ -138,14 +143,13 @@ pub fn log_use(path: &Path, m: &engine::MemoryUse) {
         String::new()
     };
     eprintln!(
-        "cachefit: memory {}: {} tokens of history; the prompt saw {} (start {}, end {}, {} recalled in {} block{} {:?} found in {:.0} ms){appended}",
+        "cachefit: memory {}: {} tokens of history; the prompt saw {} (start {}, end {}, {} recalled around block{} {:?} found in {:.0} ms){appended}",
         path.display(),
         m.history_tokens,
         v.tokens.len(),
         v.sinks,
         v.hot,
         v.recalled_tokens,
-        v.recalled.len(),
         if v.recalled.len() == 1 { "" } else { "s" },
         v.recalled,
         v.recall_time.as_secs_f64() * 1e3

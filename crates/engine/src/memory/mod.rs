@@ -107,3 +107,6 @@ pub fn assemble(
 pub fn short_hex(fp: &[u8; 32]) -> String {
     fp[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
+
+#[cfg(test)]
+mod tests;

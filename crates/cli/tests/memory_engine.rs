@@ -51,7 +51,9 @@ fn ingest_then_run_sees_the_history_and_recalls_beyond_the_context() {
     assert!(ok, "{out}");
 
     let run = |extra: &[&str]| {
-        let mut a = vec!["run", "ROMEO:", "--temp", "0", "-n", "16", "--json", "--memory", m];
+        let mut a = vec![
+            "run", "ROMEO:", "--temp", "0", "-n", "16", "--json", "--memory", m,
+        ];
         a.extend_from_slice(extra);
         let (ok, out, err) = cachefit(&a);
         assert!(ok, "{err}");
@@ -64,7 +66,10 @@ fn ingest_then_run_sees_the_history_and_recalls_beyond_the_context() {
     // prompt sees its start, its end and recalled blocks.
     assert!(mem_v["sinks"].as_u64().unwrap() > 0, "{v}");
     assert!(mem_v["hot"].as_u64().unwrap() > 0, "{v}");
-    assert!(!mem_v["recalled_blocks"].as_array().unwrap().is_empty(), "{v}");
+    assert!(
+        !mem_v["recalled_blocks"].as_array().unwrap().is_empty(),
+        "{v}"
+    );
     assert!(err.contains("tokens of history"), "{err}");
     // Deterministic: the same recall and text again; a different memory
     // setting changes what the prompt sees.
@@ -91,7 +96,15 @@ fn a_memory_is_bound_to_its_model_and_missing_files_are_clear_errors() {
     let Some(smol) = testkit::model(testkit::SMOLLM2_Q4_1) else {
         return;
     };
-    let (ok, _, err) = cachefit(&["run", "-m", smol.to_str().unwrap(), "-p", "Hi", "--memory", m]);
+    let (ok, _, err) = cachefit(&[
+        "run",
+        "-m",
+        smol.to_str().unwrap(),
+        "-p",
+        "Hi",
+        "--memory",
+        m,
+    ]);
     assert!(!ok);
     assert!(err.contains("made with another model"), "{err}");
     // The other way: appending with the wrong model is refused too, and the
@@ -144,7 +157,10 @@ fn chat_appends_every_turn_and_a_later_chat_sees_them() {
     assert!(ok, "{err}");
     assert_eq!(out.lines().count(), 2, "{out}");
     // Two turns appended; the second saw the first.
-    let appended: Vec<&str> = err.lines().filter(|l| l.contains("tokens appended")).collect();
+    let appended: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("tokens appended"))
+        .collect();
     assert_eq!(appended.len(), 2, "{err}");
     assert!(appended[0].contains(": 0 tokens of history"), "{err}");
     assert!(!appended[1].contains(": 0 tokens of history"), "{err}");
@@ -190,7 +206,10 @@ fn serve_keeps_a_memory_per_conversation_and_per_key() {
         let s = Server::start_builtin(&["--memory-dir", r, "--api-key", "alpha"]);
         let a = ask(&s, "alpha", &body("bob", "memory"));
         assert_eq!(a.status, 200, "{}", a.body);
-        assert_eq!(a.json()["usage"]["prompt_tokens"].as_u64().unwrap() > 0, true);
+        assert_eq!(
+            a.json()["usage"]["prompt_tokens"].as_u64().unwrap() > 0,
+            true
+        );
         // The second exchange of the same conversation sees the first.
         let b = ask(&s, "alpha", &body("bob", "memory"));
         let (pa, pb) = (
@@ -232,6 +251,14 @@ fn serve_keeps_a_memory_per_conversation_and_per_key() {
 
     // Without --memory-dir: `memory` is refused, `user` is only a label.
     let s = Server::start_builtin(&[]);
-    assert_eq!(s.post("/v1/chat/completions", &[], &body("bob", "memory")).status, 400);
-    assert_eq!(s.post("/v1/chat/completions", &[], &body("bob", "user")).status, 200);
+    assert_eq!(
+        s.post("/v1/chat/completions", &[], &body("bob", "memory"))
+            .status,
+        400
+    );
+    assert_eq!(
+        s.post("/v1/chat/completions", &[], &body("bob", "user"))
+            .status,
+        200
+    );
 }

@@ -21,6 +21,7 @@
 //! what cache residency is worth on this machine.
 
 mod evict;
+mod memory;
 mod report;
 mod timing;
 
@@ -109,6 +110,12 @@ pub struct Args {
     /// Read the model into memory instead of memory-mapping it.
     #[arg(long)]
     pub no_mmap: bool,
+    /// A long-memory file made for the model: also time what recalling
+    /// from it costs a generation, against the same hot window without it.
+    #[arg(long = "memory", value_name = "FILE")]
+    pub memory: Option<PathBuf>,
+    #[command(flatten)]
+    pub mem: super::memory::MemoryArgs,
     /// Skip the bandwidth probe of the memory level the model lives in
     /// (no "% of level"; the process's peak memory is then the
     /// benchmark's own, e.g. to compare RSS with llama-bench).
@@ -271,6 +278,17 @@ fn bench_model(
     let shown = source.shown();
     let cfg = ModelConfig::from_gguf(file.metadata())
         .with_context(|| format!("{shown}: reading the model config"))?;
+    let vocab = match &args.memory {
+        Some(_) => Some(
+            tokenize::Vocab::from_gguf(file.metadata())
+                .with_context(|| format!("{shown}: the model has no usable tokenizer"))?,
+        ),
+        None => None,
+    };
+    // Before binding: binding may release pages the hash would read again.
+    let fingerprint = vocab
+        .as_ref()
+        .map(|v| engine::memory::fingerprint(&file, v));
     let model = Model::from_gguf(&file, &cfg).with_context(|| shown.clone())?;
     let info = model_info(source, &file, &cfg, &model);
     eprintln!(
@@ -356,6 +374,25 @@ fn bench_model(
                 })?;
             }
         }
+    }
+    if let (Some(path), Some(vocab), Some(fp)) = (&args.memory, &vocab, fingerprint) {
+        let gens: Vec<usize> = plan
+            .tests
+            .iter()
+            .map(|&(_, n)| n)
+            .filter(|&n| n > 0)
+            .collect();
+        memory::bench(
+            path,
+            &file,
+            vocab,
+            &model,
+            fp,
+            &plan.threads,
+            &gens,
+            plan.n_batch,
+            args.mem.config(),
+        )?;
     }
     Ok(())
 }

@@ -127,16 +127,28 @@ fn calibration_finds_the_copy_head_and_appends_round_trip() {
     assert_eq!(s.file().len_blocks(), 11 + 5);
     let path = s.path().to_path_buf();
     drop(s);
-    let s2 = MemorySession::open(&path, [7; 32], SHAPE, memory::Mode::Read, MemoryConfig::default())
-        .unwrap();
+    let s2 = MemorySession::open(
+        &path,
+        [7; 32],
+        SHAPE,
+        memory::Mode::Read,
+        MemoryConfig::default(),
+    )
+    .unwrap();
     assert_eq!(s2.tokens(), 1000);
     let back: Vec<u32> = (0..s2.file().len_blocks())
         .flat_map(|b| s2.file().read_block(b).unwrap().ids())
         .collect();
     assert_eq!(back, h);
     // Another model's fingerprint is refused, naming both.
-    let e = MemorySession::open(&path, [8; 32], SHAPE, memory::Mode::Read, MemoryConfig::default())
-        .unwrap_err();
+    let e = MemorySession::open(
+        &path,
+        [8; 32],
+        SHAPE,
+        memory::Mode::Read,
+        MemoryConfig::default(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("another model"), "{e}");
 }
 
@@ -157,7 +169,9 @@ fn a_prompt_recalls_the_block_holding_its_rare_tokens() {
         assert_eq!(r.blocks.first(), Some(&want), "{prompt:?}: {:?}", r.blocks);
     }
     // Blocks in the sinks or the hot window are never recalled.
-    let r = s.recall(&mut enc, &[1000, 1001], &content, 256, 16).unwrap();
+    let r = s
+        .recall(&mut enc, &[1000, 1001], &content, 256, 16)
+        .unwrap();
     for b in r.blocks {
         let m = s.file().index().meta(b as usize);
         assert!(m.first_token >= 64 && m.first_token + m.n_tokens as u64 <= 8000 - 256);

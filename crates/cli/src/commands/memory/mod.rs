@@ -50,7 +50,11 @@ pub struct MemoryArgs {
     pub sinks: usize,
     /// Evaluation baseline: recall random blocks (seeded) instead of
     /// searching.
-    #[arg(long = "memory-random-recall", value_name = "SEED", hide_short_help = true)]
+    #[arg(
+        long = "memory-random-recall",
+        value_name = "SEED",
+        hide_short_help = true
+    )]
     pub random_recall: Option<u64>,
 }
 

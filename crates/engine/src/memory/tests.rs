@@ -56,7 +56,7 @@ impl KeyEncoder for CopyHead {
                 let id = if l == 1 {
                     t
                 } else {
-                    (i as u32).wrapping_mul(7919) + l as u32 + 1 << 20
+                    ((i as u32).wrapping_mul(7919) + l as u32 + 1) << 20
                 };
                 vector(id, &mut v);
                 for _ in 0..SHAPE.n_kv_heads {

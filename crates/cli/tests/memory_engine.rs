@@ -206,10 +206,7 @@ fn serve_keeps_a_memory_per_conversation_and_per_key() {
         let s = Server::start_builtin(&["--memory-dir", r, "--api-key", "alpha"]);
         let a = ask(&s, "alpha", &body("bob", "memory"));
         assert_eq!(a.status, 200, "{}", a.body);
-        assert_eq!(
-            a.json()["usage"]["prompt_tokens"].as_u64().unwrap() > 0,
-            true
-        );
+        assert!(a.json()["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
         // The second exchange of the same conversation sees the first.
         let b = ask(&s, "alpha", &body("bob", "memory"));
         let (pa, pb) = (

@@ -31,6 +31,15 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_cachefit");
 
+/// The tests of this file run one at a time: a child one test spawns holds
+/// copies of the process's descriptors until its `exec`, and with them the
+/// lock another test holds on a memory file it has just closed.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Tokens per forward pass of ingest: a stop signal is seen between them.
 const PASS_TOKENS: usize = 256;
 
@@ -350,6 +359,7 @@ fn write_docs(dir: &Path, seeds: std::ops::Range<u64>, bytes: usize) -> Vec<Path
 #[test]
 #[ignore = "about a minute on a release build; scripts/test.sh runs it with --release"]
 fn sigkill_at_random_moments_leaves_a_prefix_of_a_clean_ingest() {
+    let _serial = one_at_a_time();
     const KILLS: usize = 60;
     let start = Instant::now();
     let dir = tempfile::tempdir().unwrap();
@@ -594,6 +604,7 @@ fn sigkill_at_random_moments_leaves_a_prefix_of_a_clean_ingest() {
 
 #[test]
 fn two_ingests_into_one_new_file_one_is_refused_by_the_lock() {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let docs = write_docs(dir.path(), 0..1, 100_000);
     let mem = dir.path().join("notes.mem");
@@ -677,6 +688,7 @@ fn idx_path(mem: &Path) -> PathBuf {
 
 #[test]
 fn a_real_file_cut_at_every_byte_opens_to_a_prefix_and_ingest_goes_on() {
+    let _serial = one_at_a_time();
     let dir = fast_dir();
     let (src, docs, whole) = small_file(dir.path());
     let full = std::fs::read(&src).unwrap();
@@ -784,6 +796,7 @@ fn a_real_file_cut_at_every_byte_opens_to_a_prefix_and_ingest_goes_on() {
 
 #[test]
 fn a_bit_flip_anywhere_in_a_real_file_is_found_by_verify() {
+    let _serial = one_at_a_time();
     let dir = fast_dir();
     let (src, _, _) = small_file(dir.path());
     let full = std::fs::read(&src).unwrap();
@@ -827,4 +840,18 @@ fn a_bit_flip_anywhere_in_a_real_file_is_found_by_verify() {
         let (code, out) = cli_verify(&flipped);
         assert_eq!(code, 1, "a flip at byte {at}: {out}");
     }
+}
+
+#[test]
+fn documents_without_text_are_refused_before_a_file_is_made() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    let mem = dir.path().join("notes.mem");
+    let out = ingest(&mem, &[empty.clone(), empty]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("the documents hold no text"), "{err}");
+    assert!(!mem.exists() && !idx_path(&mem).exists());
 }

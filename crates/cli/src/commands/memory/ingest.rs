@@ -65,6 +65,16 @@ pub fn run(args: Args) -> Result<()> {
     }
     let pools = common::Pools::from_args(&args.model)?;
     let opened = common::open_model(&args.model)?;
+    // Tokens before the memory file: documents without text are refused
+    // before a new file is made for them; the texts are not kept.
+    let tokenized: Vec<(&PathBuf, Vec<u32>)> = docs
+        .into_iter()
+        .map(|(f, text)| (f, engine::prompt::document_tokens(&opened.vocab, &text)))
+        .collect();
+    let total: usize = tokenized.iter().map(|(_, t)| t.len()).sum();
+    if total == 0 {
+        bail!("the documents hold no text: nothing to ingest");
+    }
     let fingerprint = engine::memory::fingerprint(&opened.file, &opened.vocab);
     let model = crate::commands::generate::bind(&opened, &args.model)?;
     let (pool, _) = pools.into_parts();
@@ -86,11 +96,6 @@ pub fn run(args: Args) -> Result<()> {
         signal_hook::flag::register_usize(sig, stop.clone(), sig as usize)
             .context("installing the SIGINT/SIGTERM/SIGHUP handlers")?;
     }
-    let tokenized: Vec<(&PathBuf, Vec<u32>)> = docs
-        .iter()
-        .map(|(f, text)| (*f, engine::prompt::document_tokens(&opened.vocab, text)))
-        .collect();
-    let total: usize = tokenized.iter().map(|(_, t)| t.len()).sum();
     let bar = ProgressBar::new(total as u64);
     bar.set_style(
         ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} tokens, {per_sec}, ETA {eta}")
@@ -153,9 +158,6 @@ pub fn run(args: Args) -> Result<()> {
             .map_or("a signal", |(_, n)| n);
         eprintln!("cachefit: stopped by {name}: what was appended before it is committed and kept");
         std::process::exit(128 + sig as i32);
-    }
-    if total == 0 {
-        bail!("the documents hold no text");
     }
     Ok(())
 }

@@ -364,8 +364,8 @@ fn sigkill_at_random_moments_leaves_a_prefix_of_a_clean_ingest() {
     let start = Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    // Eight documents, 200 KB in all: no killed run gets through them.
-    let docs = write_docs(d, 0..8, 25_000);
+    // Sixteen documents, 200 KB in all: no killed run gets through them.
+    let docs = write_docs(d, 0..16, 12_500);
 
     // References. R0: a clean ingest into a new file, its phases timed.
     let r0_path = d.join("r0.mem");

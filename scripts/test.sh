@@ -45,7 +45,7 @@ step "perplexity against llama-perplexity (release build, both SmolLM2 files)"
 cargo test --release --quiet -p cachefit --test perplexity -- --ignored --nocapture 2>&1 | grep -E "^test result|PPL|SKIPPING|panicked"
 test "${PIPESTATUS[0]}" -eq 0
 
-step "memory ingest killed at random moments: 60 SIGKILLs, every file a prefix of a clean ingest (release build, ~1 min)"
+step "memory ingest killed at random moments: 60 SIGKILLs, every file a prefix of a clean ingest (release build, ~30 s)"
 cargo test --release --quiet -p cachefit --test memory_crash -- --ignored --nocapture 2>&1 | grep -E "^test result|^references|kills in|^ +[0-9]+  |panicked|^kill|^SIG"
 test "${PIPESTATUS[0]}" -eq 0
 

@@ -17,7 +17,7 @@
 //!   histories agree (measured by the test, not assumed);
 //! - token ids and flags alone for a history of 1..`OVERLAP` tokens.
 //!
-//! The kill loop takes about a minute on a release build and is run by
+//! The kill loop takes about half a minute on a release build and is run by
 //! `scripts/test.sh` (`cargo test --release -p cachefit --test
 //! memory_crash -- --ignored`); the rest runs in the ordinary test pass.
 
@@ -357,7 +357,7 @@ fn write_docs(dir: &Path, seeds: std::ops::Range<u64>, bytes: usize) -> Vec<Path
 }
 
 #[test]
-#[ignore = "about a minute on a release build; scripts/test.sh runs it with --release"]
+#[ignore = "half a minute on a release build; scripts/test.sh runs it with --release"]
 fn sigkill_at_random_moments_leaves_a_prefix_of_a_clean_ingest() {
     let _serial = one_at_a_time();
     const KILLS: usize = 60;

@@ -217,9 +217,152 @@ if [ -f "$smollm" ]; then
 else
     echo "note - quantize signals skipped: no SmolLM2 at $smollm"
 fi
-echo "note - ingest signals: no ingest command yet (the long-memory issue adds it)"
 
-# 7. /dev/zero, FIFOs and devices as inputs, under a memory limit: a clear
+# 7. `memory ingest` (built-in model) stopped by signals, two writers on
+#    one file, a full disk, a file made for another model.
+python3 - "$work/book.txt" "$work/note.txt" <<'PY'
+import random, sys
+r = random.Random(18)
+who = ["the king", "a weary sailor", "the old miller", "my cousin", "the council", "the widow", "our captain", "a herald"]
+did = ["remembers", "carried", "spoke of", "buried", "sold", "counted", "found", "lost", "mended"]
+what = ["a silver key", "the long winter", "seven ships", "an old debt", "the harvest", "a lantern", "the bridge toll"]
+when = ["before the frost came", "under a pale moon", "as the fog lifted", "while the city slept", "at the market"]
+def text(n):
+    out = []
+    while sum(map(len, out)) < n:
+        out.append(f"{r.choice(who).capitalize()} {r.choice(did)} {r.choice(what)} {r.choice(when)}, {r.randrange(10000)} times.")
+        out.append("\n\n" if r.random() < 0.15 else " ")
+    return "".join(out)
+open(sys.argv[1], "w").write(text(300_000))
+open(sys.argv[2], "w").write(text(2_000))
+PY
+# start_ingest MEM LOG ARGS...: `memory ingest MEM --json ARGS` in the
+# background (stdout to LOG.json); sets $pid. wait_appended MEM: until MEM
+# has records past its header and those already there (signal handlers
+# are in place by then).
+start_ingest() {
+    local mem=$1 log=$2
+    shift 2
+    "$bin" memory ingest "$mem" --json "$@" > "$log.json" 2> "$log" &
+    pid=$!
+    pids+=("$pid")
+}
+size_of() { stat -c %s "$1" 2>/dev/null || echo 0; }
+wait_appended() {
+    local from end=$((SECONDS + 60))
+    from=$(size_of "$1")
+    [ "$from" -lt 8192 ] && from=8192
+    until [ "$(size_of "$1")" -gt $((from + 4096)) ]; do
+        { [ $SECONDS -ge $end ] || ! kill -0 $pid 2>/dev/null; } && return 1
+        sleep 0.02
+    done
+}
+# verify_reopens NAME MEM: the file verifies clean and a writer reopens it
+# (a following ingest appends).
+verify_reopens() {
+    local out
+    if ! out=$("$bin" memory verify "$2" 2>&1); then
+        bad "$1" "memory verify after it: $out"
+        return 1
+    fi
+    if ! out=$("$bin" memory ingest "$2" -f "$work/note.txt" 2>&1 && "$bin" memory verify "$2" 2>&1); then
+        bad "$1" "a following ingest: $out"
+        return 1
+    fi
+}
+for sig in INT TERM HUP KILL; do
+    name="memory ingest: SIG$sig mid-ingest"
+    mem="$work/sig-$sig.mem"
+    start_ingest "$mem" "$work/ingest-$sig.err" -f "$work/book.txt"
+    if ! wait_appended "$mem"; then
+        bad "$name" "ingest did not start appending" "$(tail -2 "$work/ingest-$sig.err")"
+        continue
+    fi
+    kill -$sig $pid
+    # (2>/dev/null: bash's own "Killed" notice.)
+    exit_status $pid 60 2>/dev/null
+    case $sig in INT) want=130 ;; TERM) want=143 ;; HUP) want=129 ;; KILL) want=137 ;; esac
+    if [ "$st" != "$want" ]; then
+        bad "$name" "exit $st, expected $want" "$(tail -2 "$work/ingest-$sig.err")"
+        continue
+    fi
+    if [ $sig != KILL ] && ! { grep -q "stopped by SIG$sig" "$work/ingest-$sig.err" \
+        && grep -q '"interrupted":true' "$work/ingest-$sig.err.json"; }; then
+        bad "$name" "no report of the stop" "$(tail -2 "$work/ingest-$sig.err")"
+        continue
+    fi
+    verify_reopens "$name" "$mem" && ok "$name: exit $st, the file verifies and takes more"
+done
+
+# Two writers: the second is refused by the lock; the first goes on and
+# its file verifies with everything it reported.
+name="memory ingest: a second writer on one file"
+mem="$work/two.mem"
+start_ingest "$mem" "$work/first.err" -f "$work/book.txt"
+first=$pid
+if wait_appended "$mem"; then
+    "$bin" memory ingest "$mem" -f "$work/note.txt" > /dev/null 2> "$work/second.err"
+    second=$?
+    kill -INT $first
+    exit_status $first 60
+    added=$(sed -n 's/.*"added_tokens":\([0-9]*\).*/\1/p' "$work/first.err.json")
+    tokens=$("$bin" memory inspect "$mem" --json 2>/dev/null | sed -n 's/^ *"tokens": \([0-9]*\).*/\1/p')
+    if [ $second = 1 ] && grep -q "another writer holds the lock" "$work/second.err" \
+        && [ "$st" = 130 ] && [ -n "$added" ] && [ "$added" = "$tokens" ] \
+        && "$bin" memory verify "$mem" > /dev/null 2>&1; then
+        ok "$name: refused ($(grep -o 'another writer holds the lock' "$work/second.err")), the first unharmed ($added tokens)"
+    else
+        bad "$name" "second: exit $second $(tail -1 "$work/second.err")" "first: exit $st, added $added, file holds $tokens"
+    fi
+else
+    bad "$name" "the first ingest did not start appending" "$(tail -2 "$work/first.err")"
+fi
+
+# A full disk: a small tmpfs when this shell may mount one; else a file
+# size limit (EFBIG, the same path in the store as ENOSPC).
+name="memory ingest: disk full"
+full="$work/full"
+mkdir -p "$full"
+if mount -t tmpfs -o size=320k tmpfs "$full" 2>/dev/null; then
+    how="a 320 KiB tmpfs"
+    "$bin" memory ingest "$full/m.mem" -f "$work/book.txt" > /dev/null 2> "$work/full.err"
+    st=$?
+else
+    how="ulimit -f 320"
+    (
+        trap '' XFSZ
+        ulimit -f 320
+        exec "$bin" memory ingest "$full/m.mem" -f "$work/book.txt"
+    ) > /dev/null 2> "$work/full.err"
+    st=$?
+fi
+if [ $st = 1 ] && grep -q "writing failed .*cut back to its last commit .* still opens" "$work/full.err" \
+    && out=$("$bin" memory verify "$full/m.mem" 2>&1) && "$bin" memory inspect "$full/m.mem" > /dev/null 2>&1; then
+    ok "$name ($how): $(grep -o 'No space left on device\|File too large' "$work/full.err" | head -1), cut back to its last commit;$(echo "$out" | head -1 | cut -d: -f2) verify clean"
+else
+    bad "$name ($how)" "exit $st" "$(tail -2 "$work/full.err")" "verify: ${out:-}"
+fi
+mountpoint -q "$full" 2>/dev/null && umount "$full"
+
+# A memory file made by one model, opened with another.
+if [ -f "$smollm" ]; then
+    name="memory ingest: a file made for another model"
+    mem="$work/sig-INT.mem"
+    theirs=$("$bin" memory inspect "$mem" --json | sed -n 's/^ *"fingerprint": "\([0-9a-f]\{16\}\).*/\1/p')
+    before=$(size_of "$mem")
+    "$bin" memory ingest "$mem" -m "$smollm" -f "$work/note.txt" > /dev/null 2> "$work/other.err"
+    st=$?
+    if [ $st = 1 ] && grep -q "made with another model (fingerprint $theirs); this model's is [0-9a-f]\{16\}" "$work/other.err" \
+        && [ "$(size_of "$mem")" = "$before" ]; then
+        ok "$name: $(grep -o 'made with another model[^.]*' "$work/other.err")"
+    else
+        bad "$name" "exit $st (file fingerprint $theirs)" "$(tail -2 "$work/other.err")"
+    fi
+else
+    echo "note - memory ingest with another model skipped: no SmolLM2 at $smollm"
+fi
+
+# 8. /dev/zero, FIFOs and devices as inputs, under a memory limit: a clear
 #    error, never an OOM kill or a hang.
 mkfifo "$work/fifo"
 check_input() {
@@ -244,10 +387,13 @@ check_input "run -m FIFO (no writer)" "not a regular file" "$bin" run -m "$work/
 check_input "inspect FIFO" "not a regular file" "$bin" inspect "$work/fifo"
 check_input "memory inspect FIFO" "not a regular file" "$bin" memory inspect "$work/fifo"
 check_input "memory verify FIFO" "not a regular file" "$bin" memory verify "$work/fifo"
+check_input "memory ingest into a FIFO" "not a regular file" "$bin" memory ingest "$work/fifo" -f "$work/note.txt"
+check_input "memory ingest -f /dev/zero" "longer than" "$bin" memory ingest "$work/zero.mem" -f /dev/zero
+[ -e "$work/zero.mem" ] && bad "memory ingest -f /dev/zero" "it made a memory file"
 check_input "serve --api-key-file /dev/zero" "longer than" "$bin" serve --port 0 --api-key-file /dev/zero
 check_input "serve --api-key ''" "API key is empty" "$bin" serve --port 0 --api-key ""
 
-# 8. -t 1000: capped with a warning, and the run produces its tokens.
+# 9. -t 1000: capped with a warning, and the run produces its tokens.
 timeout 120 "$bin" run -t 1000 -n 8 "ROMEO:" > "$work/t.out" 2> "$work/t.err"
 st=$?
 if [ $st = 0 ] && [ -s "$work/t.out" ] && grep -q "warning: -t 1000 is more than" "$work/t.err"; then

@@ -45,6 +45,10 @@ step "perplexity against llama-perplexity (release build, both SmolLM2 files)"
 cargo test --release --quiet -p cachefit --test perplexity -- --ignored --nocapture 2>&1 | grep -E "^test result|PPL|SKIPPING|panicked"
 test "${PIPESTATUS[0]}" -eq 0
 
+step "memory ingest killed at random moments: 60 SIGKILLs, every file a prefix of a clean ingest (release build, ~30 s)"
+cargo test --release --quiet -p cachefit --test memory_crash -- --ignored --nocapture 2>&1 | grep -E "^test result|^references|kills in|^ +[0-9]+  |panicked|^kill|^SIG"
+test "${PIPESTATUS[0]}" -eq 0
+
 step "cross-check against the gguf Python package"
 python3 scripts/check_gguf_py.py --bin target/release/cachefit --model "$models/SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -3,8 +3,13 @@
 //! does not exist), with a progress bar. Each document's codes come from
 //! the model read over the history in a sliding window (the encoder), so
 //! ingest runs at about prompt speed; blocks are committed every 4,096
-//! tokens and at the end of each document, and Ctrl-C stops at the next
-//! block with everything before it kept.
+//! tokens and at the end of each document. SIGINT (Ctrl-C), SIGTERM and
+//! SIGHUP stop it after the forward pass in flight (at most [`STEP`]
+//! tokens, 4 blocks): what was appended is committed and kept, and the
+//! exit status is 128 + the signal's number, as a shell reports a death
+//! by that signal. A SIGKILL or a crash loses nothing that reached the
+//! file either (the next writer keeps every whole record); only power loss
+//! can drop what came after the last commit.
 
 use super::MemoryArgs;
 use crate::commands::common::{self, ModelArgs};
@@ -12,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use engine::memory::ModelEncoder;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -35,18 +40,41 @@ pub struct Args {
     pub max_bytes: usize,
 }
 
-/// Tokens per append (and progress update).
-const STEP: usize = 1024;
+/// Tokens per append (and progress update), so also how soon a stop
+/// signal is seen. The encoder's forward pass: smaller steps would change
+/// its batches, and with them the codes (ingest is deterministic for given
+/// inputs and history, and the crash tests rely on it); a multiple of it
+/// gives the same codes as this.
+const STEP: usize = 256;
+
+/// The signals that stop an ingest cleanly.
+const STOP_SIGNALS: [(i32, &str); 3] = [
+    (signal_hook::consts::SIGINT, "SIGINT"),
+    (signal_hook::consts::SIGTERM, "SIGTERM"),
+    (signal_hook::consts::SIGHUP, "SIGHUP"),
+];
 
 pub fn run(args: Args) -> Result<()> {
     let t0 = Instant::now();
     // Read every document first: a bad file is an error before any work.
     let mut docs = Vec::new();
     for f in &args.files {
-        docs.push((f, common::read_bounded(f, args.max_bytes)?));
+        let text = common::read_bounded(f, args.max_bytes)
+            .context("reading a document (--max-bytes sets the largest)")?;
+        docs.push((f, text));
     }
     let pools = common::Pools::from_args(&args.model)?;
     let opened = common::open_model(&args.model)?;
+    // Tokens before the memory file: documents without text are refused
+    // before a new file is made for them; the texts are not kept.
+    let tokenized: Vec<(&PathBuf, Vec<u32>)> = docs
+        .into_iter()
+        .map(|(f, text)| (f, engine::prompt::document_tokens(&opened.vocab, &text)))
+        .collect();
+    let total: usize = tokenized.iter().map(|(_, t)| t.len()).sum();
+    if total == 0 {
+        bail!("the documents hold no text: nothing to ingest");
+    }
     let fingerprint = engine::memory::fingerprint(&opened.file, &opened.vocab);
     let model = crate::commands::generate::bind(&opened, &args.model)?;
     let (pool, _) = pools.into_parts();
@@ -61,17 +89,13 @@ pub fn run(args: Args) -> Result<()> {
     )?;
     let before = session.tokens();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
-            .context("installing the Ctrl-C handler")?;
+    // Installed only now: before this point nothing has been written, and
+    // a signal's default action (death) loses nothing.
+    let stop = Arc::new(AtomicUsize::new(0));
+    for (sig, _) in STOP_SIGNALS {
+        signal_hook::flag::register_usize(sig, stop.clone(), sig as usize)
+            .context("installing the SIGINT/SIGTERM/SIGHUP handlers")?;
     }
-    let tokenized: Vec<(&PathBuf, Vec<u32>)> = docs
-        .iter()
-        .map(|(f, text)| (*f, engine::prompt::document_tokens(&opened.vocab, text)))
-        .collect();
-    let total: usize = tokenized.iter().map(|(_, t)| t.len()).sum();
     let bar = ProgressBar::new(total as u64);
     bar.set_style(
         ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} tokens, {per_sec}, ETA {eta}")
@@ -89,7 +113,7 @@ pub fn run(args: Args) -> Result<()> {
             |n| n.to_string_lossy().into_owned(),
         ));
         for (i, step) in tokens.chunks(STEP).enumerate() {
-            if stop.load(Ordering::SeqCst) {
+            if stop.load(Ordering::SeqCst) != 0 {
                 break 'docs;
             }
             session.append(&mut enc, step, i == 0)?;
@@ -116,7 +140,7 @@ pub fn run(args: Args) -> Result<()> {
                 "ingest_seconds": secs,
                 "tokens_per_second": rate,
                 "total_seconds": t0.elapsed().as_secs_f64(),
-                "interrupted": stop.load(Ordering::SeqCst),
+                "interrupted": stop.load(Ordering::SeqCst) != 0,
             })
         );
     } else {
@@ -126,12 +150,14 @@ pub fn run(args: Args) -> Result<()> {
             bytes as f64 / after.max(1) as f64
         );
     }
-    if stop.load(Ordering::SeqCst) {
-        eprintln!("cachefit: interrupted: what was appended before Ctrl-C is kept");
-        std::process::exit(crate::commands::chat::EXIT_INTERRUPTED);
-    }
-    if total == 0 {
-        bail!("the documents hold no text");
+    let sig = stop.load(Ordering::SeqCst);
+    if sig != 0 {
+        let name = STOP_SIGNALS
+            .iter()
+            .find(|(s, _)| *s as usize == sig)
+            .map_or("a signal", |(_, n)| n);
+        eprintln!("cachefit: stopped by {name}: what was appended before it is committed and kept");
+        std::process::exit(128 + sig as i32);
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ mod ingest;
 
 use super::common::Opened;
 use anyhow::{bail, Result};
-use engine::memory::{KeyEncoder, MemoryConfig, MemorySession};
+use engine::memory::{KeyEncoder, MemoryConfig, MemoryError, MemorySession};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -112,7 +112,7 @@ pub fn open_session(
             path.display()
         );
     }
-    let s = MemorySession::open_or_create(
+    let made = MemorySession::open_or_create(
         path,
         fingerprint,
         enc,
@@ -120,7 +120,16 @@ pub fn open_session(
         id_bytes,
         mode,
         config,
-    )?;
+    );
+    let (s, new) = match made {
+        // Another process made the file while this one measured: use
+        // theirs (its lock refuses a second writer while they write).
+        Err(MemoryError::File(memory::Error::Exists { .. })) if new => (
+            MemorySession::open(path, fingerprint, enc, mode, config)?,
+            false,
+        ),
+        made => (made?, new),
+    };
     if new {
         let slots: Vec<String> = s
             .layout()

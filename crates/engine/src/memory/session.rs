@@ -176,9 +176,11 @@ impl MemorySession {
         mode: Mode,
         config: MemoryConfig,
     ) -> Result<MemorySession, MemoryError> {
-        // Opened without the check first, so a mismatch can name both.
-        let file = MemoryFile::open(path, None, mode)?;
-        let theirs = file.header().fingerprint;
+        // Read first: a file of another model is never locked or trimmed,
+        // and the error can name both fingerprints.
+        let theirs = MemoryFile::open(path, None, Mode::Read)?
+            .header()
+            .fingerprint;
         if theirs != fingerprint {
             return Err(MemoryError::OtherModel {
                 path: path.display().to_string(),
@@ -186,6 +188,7 @@ impl MemorySession {
                 model: short_hex(&fingerprint),
             });
         }
+        let file = MemoryFile::open(path, Some(&fingerprint), mode)?;
         let layout = Layout::from_params(&file.header().params, shape)?;
         let g = *file.geometry();
         if g.slots as usize != layout.n_slots() || g.code_bytes as usize != layout.code_bytes() {

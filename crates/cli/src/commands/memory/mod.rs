@@ -125,7 +125,7 @@ pub fn open_session(
         // Another process made the file while this one measured: use
         // theirs (its lock refuses a second writer while they write).
         Err(MemoryError::File(memory::Error::Exists { .. })) if new => (
-            MemorySession::open(path, fingerprint, enc, mode, config)?,
+            MemorySession::open(path, fingerprint, enc.shape(), mode, config)?,
             false,
         ),
         made => (made?, new),

@@ -48,6 +48,9 @@ pub struct MemoryArgs {
     /// Tokens at the start of the history kept in context (attention sinks).
     #[arg(long = "memory-sinks", value_name = "N", default_value_t = MemoryConfig::default().sink_tokens)]
     pub sinks: usize,
+    /// The prompt's last content tokens that search for what to recall.
+    #[arg(long = "memory-query-tokens", value_name = "N", default_value_t = MemoryConfig::default().query_tokens, hide_short_help = true)]
+    pub query_tokens: usize,
     /// Evaluation baseline: recall random blocks (seeded) instead of
     /// searching.
     #[arg(
@@ -65,6 +68,7 @@ impl MemoryArgs {
             recall_blocks: self.recall,
             sink_tokens: self.sinks,
             random_recall: self.random_recall,
+            query_tokens: self.query_tokens,
             ..MemoryConfig::default()
         }
     }

@@ -15,6 +15,10 @@
 //!   hold the query's nibble partial sums, summed over the coarse slots in
 //!   u16 lanes. Integer arithmetic: every twin equals the scalar one
 //!   exactly. [`FastScanTables`] quantizes the query so no lane overflows.
+//!   [`fast_scan_many`] scores several queries in one pass: each row of
+//!   sign bits is loaded and split into nibbles once, then looked up in
+//!   every query's tables ([`FastScanBatch`]), so m queries cost one read
+//!   of the index instead of m.
 //!
 //! Self-contained (no dependency on `crates/kernels`) so it can move there.
 
@@ -245,5 +249,72 @@ pub fn fast_scan(isa: Isa, t: &FastScanTables, slots: &[&[u8]], out: &mut [u16])
             unsafe { x86::fast_scan_avx2(t, slots, out) }
         }
         _ => scalar::fast_scan(t, slots, out),
+    }
+}
+
+/// Several queries' fast-scan tables over the same coarse slots, laid
+/// `[slot][code byte][query][lo 16 | hi 16]`: the lookups of one row of
+/// sign bits for every query read one contiguous run of tables. A query
+/// without a slot has zero tables there (adds nothing).
+#[derive(Clone, Debug)]
+pub struct FastScanBatch {
+    pub tables: Vec<u8>,
+    pub queries: usize,
+    pub slots: usize,
+    pub code_bytes: usize,
+}
+
+impl FastScanBatch {
+    /// All tables zero.
+    pub fn new(queries: usize, slots: usize, code_bytes: usize) -> FastScanBatch {
+        FastScanBatch {
+            tables: vec![0; slots * code_bytes * queries * 32],
+            queries,
+            slots,
+            code_bytes,
+        }
+    }
+
+    /// Query `query`'s tables for batch slot `slot`: slot `from` of `t`.
+    pub fn set(&mut self, query: usize, slot: usize, t: &FastScanTables, from: usize) {
+        let cb = self.code_bytes;
+        assert_eq!(t.code_bytes, cb, "tables for another code size");
+        assert!(query < self.queries && slot < self.slots && from < t.n_slots());
+        for b in 0..cb {
+            let src = &t.tables[(from * cb + b) * 32..][..32];
+            let at = ((slot * cb + b) * self.queries + query) * 32;
+            self.tables[at..at + 32].copy_from_slice(src);
+        }
+    }
+}
+
+/// [`fast_scan`] for every query of `t` at once. `slots` as there (one
+/// per batch slot); `out` is `[query][groups · GROUP]`, query `q`'s sums
+/// equal to what [`fast_scan`] gives with its own tables.
+pub fn fast_scan_many(isa: Isa, t: &FastScanBatch, slots: &[&[u8]], out: &mut [u16]) {
+    assert_eq!(slots.len(), t.slots);
+    assert_eq!(t.tables.len(), t.slots * t.code_bytes * t.queries * 32);
+    if t.queries == 0 {
+        assert!(out.is_empty());
+        return;
+    }
+    assert_eq!(out.len() % (t.queries * GROUP), 0);
+    let per_query = out.len() / t.queries;
+    let need = per_query / GROUP * t.code_bytes * GROUP;
+    assert!(slots.iter().all(|s| s.len() >= need));
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if isa.is_supported() => {
+            // SAFETY: AVX-512 BW support was just checked; every slot holds
+            // one whole group per GROUP outputs of a query, the tables
+            // match the batch's shape (asserted above).
+            unsafe { x86::fast_scan_many_avx512(t, slots, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 if Isa::Avx2.is_supported() => {
+            // SAFETY: AVX2 support was just checked; sizes as above.
+            unsafe { x86::fast_scan_many_avx2(t, slots, out) }
+        }
+        _ => scalar::fast_scan_many(t, slots, out),
     }
 }

@@ -1,6 +1,6 @@
 //! Scalar references: plain loops every SIMD twin is tested against.
 
-use super::{FastScanTables, GROUP};
+use super::{FastScanBatch, FastScanTables, GROUP};
 
 /// Per token, the table entries of its code bytes added in byte order.
 pub fn lut_scores(tables: &[f32], codes: &[u8], out: &mut [f32]) {
@@ -38,6 +38,30 @@ pub fn fast_scan(t: &FastScanTables, slots: &[&[u8]], out: &mut [u16]) {
                 for (acc, &c) in o.iter_mut().zip(row) {
                     let pair = tab[(c & 15) as usize] + tab[16 + (c >> 4) as usize];
                     *acc = acc.wrapping_add(pair as u16);
+                }
+            }
+        }
+    }
+}
+
+/// [`fast_scan`] per query of a batch: `out` is `[query][groups · GROUP]`.
+pub fn fast_scan_many(t: &FastScanBatch, slots: &[&[u8]], out: &mut [u16]) {
+    let (cb, m) = (t.code_bytes, t.queries);
+    if m == 0 {
+        return;
+    }
+    let per_query = out.len() / m;
+    for (q, o) in out.chunks_exact_mut(per_query).enumerate() {
+        for (g, o) in o.chunks_exact_mut(GROUP).enumerate() {
+            o.fill(0);
+            for (si, slot) in slots.iter().enumerate() {
+                for b in 0..cb {
+                    let row = &slot[(g * cb + b) * GROUP..][..GROUP];
+                    let tab = &t.tables[((si * cb + b) * m + q) * 32..][..32];
+                    for (acc, &c) in o.iter_mut().zip(row) {
+                        let pair = tab[(c & 15) as usize].wrapping_add(tab[16 + (c >> 4) as usize]);
+                        *acc = acc.wrapping_add(pair as u16);
+                    }
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! the scalar results bit for bit (same integer sums; same float additions
 //! in the same order); the int4 dot sums in another order.
 
-use super::{FastScanTables, GROUP};
+use super::{FastScanBatch, FastScanTables, GROUP};
 use core::arch::x86_64::*;
 
 /// # Safety
@@ -256,6 +256,201 @@ pub unsafe fn fast_scan_avx512(t: &FastScanTables, slots: &[&[u8]], out: &mut [u
             let hi = _mm512_unpackhi_epi16(acc[2 * g], acc[2 * g + 1]);
             let o = (t0 + g) * GROUP;
             // SAFETY: o + 64 <= out.len().
+            unsafe {
+                _mm512_storeu_si512(
+                    out.as_mut_ptr().add(o) as *mut _,
+                    _mm512_permutex2var_epi64(lo, first, hi),
+                );
+                _mm512_storeu_si512(
+                    out.as_mut_ptr().add(o + 32) as *mut _,
+                    _mm512_permutex2var_epi64(lo, second, hi),
+                );
+            }
+        }
+    }
+}
+
+/// Queries per pass of [`fast_scan_many_avx2`]: two u16 accumulators each,
+/// with the row, its nibbles and two tables, fill the 16 registers.
+const MANY_AVX2: usize = 4;
+/// Queries per pass of [`fast_scan_many_avx512`] (of 32 registers).
+const MANY_AVX512: usize = 8;
+
+/// # Safety
+/// The CPU must support AVX2; `t.tables` holds `t.slots · code_bytes ·
+/// queries · 32` bytes; `slots.len() = t.slots`, each holding
+/// `out.len() / queries / GROUP` groups of `code_bytes · GROUP` bytes;
+/// `out.len()` is a multiple of `queries · GROUP`.
+#[target_feature(enable = "avx2")]
+pub unsafe fn fast_scan_many_avx2(t: &FastScanBatch, slots: &[&[u8]], out: &mut [u16]) {
+    let mut q0 = 0;
+    while q0 < t.queries {
+        let take = (t.queries - q0).min(MANY_AVX2);
+        // SAFETY: the caller's guarantees; q0 + take <= queries.
+        unsafe {
+            match take {
+                1 => many_avx2::<1>(t, q0, slots, out),
+                2 => many_avx2::<2>(t, q0, slots, out),
+                3 => many_avx2::<3>(t, q0, slots, out),
+                _ => many_avx2::<4>(t, q0, slots, out),
+            }
+        }
+        q0 += take;
+    }
+}
+
+/// Queries `q0..q0 + M` of the batch. Per half group (32 blocks) and
+/// query, `both` sums the looked-up bytes as u16 lanes (even block + 256 ·
+/// odd block, mod 2^16) and `odd` the odd blocks' bytes; even = both −
+/// odd · 256 at the end. One add and one shift per lookup pair instead of
+/// masking out the even bytes too.
+///
+/// # Safety
+/// As [`fast_scan_many_avx2`], and `q0 + M <= t.queries`.
+#[target_feature(enable = "avx2")]
+unsafe fn many_avx2<const M: usize>(
+    t: &FastScanBatch,
+    q0: usize,
+    slots: &[&[u8]],
+    out: &mut [u16],
+) {
+    let (cb, m) = (t.code_bytes, t.queries);
+    let per_query = out.len() / m;
+    let groups = per_query / GROUP;
+    let mask = _mm256_set1_epi8(15);
+    for g in 0..groups {
+        for half in 0..2 {
+            let mut both = [_mm256_setzero_si256(); M];
+            let mut odd = [_mm256_setzero_si256(); M];
+            for (si, slot) in slots.iter().enumerate() {
+                for b in 0..cb {
+                    let row = (g * cb + b) * GROUP + half * 32;
+                    // SAFETY: row + 32 <= (g + 1)·cb·GROUP <= slot.len().
+                    let v = unsafe { _mm256_loadu_si256(slot.as_ptr().add(row) as *const __m256i) };
+                    let lo = _mm256_and_si256(v, mask);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+                    let tab = ((si * cb + b) * m + q0) * 32;
+                    for q in 0..M {
+                        // SAFETY: tab + 32·(q + 1) <= ((si·cb + b)·m + q0
+                        // + M)·32 <= tables.len().
+                        let (tl, th) = unsafe {
+                            let p = t.tables.as_ptr().add(tab + q * 32);
+                            (
+                                _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i)),
+                                _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                    p.add(16) as *const __m128i
+                                )),
+                            )
+                        };
+                        let s = _mm256_add_epi8(
+                            _mm256_shuffle_epi8(tl, lo),
+                            _mm256_shuffle_epi8(th, hi),
+                        );
+                        both[q] = _mm256_add_epi16(both[q], s);
+                        odd[q] = _mm256_add_epi16(odd[q], _mm256_srli_epi16(s, 8));
+                    }
+                }
+            }
+            for q in 0..M {
+                let even = _mm256_sub_epi16(both[q], _mm256_slli_epi16(odd[q], 8));
+                // Lane i of `even` is block 2i, of `odd` block 2i + 1 (per
+                // 128-bit lane): interleave them back into block order.
+                let lo = _mm256_unpacklo_epi16(even, odd[q]);
+                let hi = _mm256_unpackhi_epi16(even, odd[q]);
+                let o = (q0 + q) * per_query + g * GROUP + half * 32;
+                // SAFETY: o + 32 <= (q0 + q)·per_query + (g + 1)·GROUP <=
+                // (q0 + q + 1)·per_query <= out.len().
+                unsafe {
+                    _mm256_storeu_si256(
+                        out.as_mut_ptr().add(o) as *mut __m256i,
+                        _mm256_permute2x128_si256::<0x20>(lo, hi),
+                    );
+                    _mm256_storeu_si256(
+                        out.as_mut_ptr().add(o + 16) as *mut __m256i,
+                        _mm256_permute2x128_si256::<0x31>(lo, hi),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX-512 F/BW; sizes as [`fast_scan_many_avx2`].
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+pub unsafe fn fast_scan_many_avx512(t: &FastScanBatch, slots: &[&[u8]], out: &mut [u16]) {
+    let mut q0 = 0;
+    while q0 < t.queries {
+        let take = (t.queries - q0).min(MANY_AVX512);
+        // SAFETY: the caller's guarantees; q0 + take <= queries.
+        unsafe {
+            match take {
+                1 => many_avx512::<1>(t, q0, slots, out),
+                2 => many_avx512::<2>(t, q0, slots, out),
+                3 => many_avx512::<3>(t, q0, slots, out),
+                4 => many_avx512::<4>(t, q0, slots, out),
+                5 => many_avx512::<5>(t, q0, slots, out),
+                6 => many_avx512::<6>(t, q0, slots, out),
+                7 => many_avx512::<7>(t, q0, slots, out),
+                _ => many_avx512::<8>(t, q0, slots, out),
+            }
+        }
+        q0 += take;
+    }
+}
+
+/// Queries `q0..q0 + M`, a whole group (64 blocks) per register; sums as
+/// in [`many_avx2`].
+///
+/// # Safety
+/// As [`fast_scan_many_avx512`], and `q0 + M <= t.queries`.
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+unsafe fn many_avx512<const M: usize>(
+    t: &FastScanBatch,
+    q0: usize,
+    slots: &[&[u8]],
+    out: &mut [u16],
+) {
+    let (cb, m) = (t.code_bytes, t.queries);
+    let per_query = out.len() / m;
+    let groups = per_query / GROUP;
+    let mask = _mm512_set1_epi8(15);
+    let first = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+    let second = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    for g in 0..groups {
+        let mut both = [_mm512_setzero_si512(); M];
+        let mut odd = [_mm512_setzero_si512(); M];
+        for (si, slot) in slots.iter().enumerate() {
+            for b in 0..cb {
+                let row = (g * cb + b) * GROUP;
+                // SAFETY: row + 64 <= (g + 1)·cb·GROUP <= slot.len().
+                let v = unsafe { _mm512_loadu_si512(slot.as_ptr().add(row) as *const _) };
+                let lo = _mm512_and_si512(v, mask);
+                let hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+                let tab = ((si * cb + b) * m + q0) * 32;
+                for q in 0..M {
+                    // SAFETY: tab + 32·(q + 1) <= tables.len() as in
+                    // many_avx2.
+                    let (tl, th) = unsafe {
+                        let p = t.tables.as_ptr().add(tab + q * 32);
+                        (
+                            _mm512_broadcast_i32x4(_mm_loadu_si128(p as *const __m128i)),
+                            _mm512_broadcast_i32x4(_mm_loadu_si128(p.add(16) as *const __m128i)),
+                        )
+                    };
+                    let s =
+                        _mm512_add_epi8(_mm512_shuffle_epi8(tl, lo), _mm512_shuffle_epi8(th, hi));
+                    both[q] = _mm512_add_epi16(both[q], s);
+                    odd[q] = _mm512_add_epi16(odd[q], _mm512_srli_epi16(s, 8));
+                }
+            }
+        }
+        for q in 0..M {
+            let even = _mm512_sub_epi16(both[q], _mm512_slli_epi16(odd[q], 8));
+            let lo = _mm512_unpacklo_epi16(even, odd[q]);
+            let hi = _mm512_unpackhi_epi16(even, odd[q]);
+            let o = (q0 + q) * per_query + g * GROUP;
+            // SAFETY: o + 64 <= (q0 + q + 1)·per_query <= out.len().
             unsafe {
                 _mm512_storeu_si512(
                     out.as_mut_ptr().add(o) as *mut _,

@@ -23,6 +23,11 @@ use crate::kernels::{self, FastScanTables, Isa, GROUP};
 use crate::store::MemoryFile;
 use std::time::{Duration, Instant};
 
+mod many;
+#[cfg(test)]
+mod tests;
+mod top;
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Fusion {
     /// Σ over slots of score / (its standard deviation for random codes).
@@ -138,7 +143,8 @@ impl<'a> Queries<'a> {
         self.norms[s]
     }
 
-    fn active(&self) -> impl Iterator<Item = usize> + '_ {
+    /// Slots whose query is not zero: the only ones any tier scores.
+    pub fn active(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.norms.len()).filter(|&s| self.norms[s] > 0.0)
     }
 }
@@ -259,6 +265,36 @@ static SQUARES: [u8; 256] = {
 /// query and summary times √D (its standard deviation for random vectors is
 /// 1/√D).
 pub fn summary_scores(index: &Index, queries: &Queries, block: usize, isa: Isa) -> Vec<f32> {
+    let mut norms = SummaryNorms::new(index.geometry().slots as usize);
+    summary_scores_with(index, queries, block, isa, &mut norms)
+}
+
+/// The norms of one block's summaries, per slot, computed when first
+/// asked for: queries that score the same block share them.
+pub(crate) struct SummaryNorms(Vec<Option<f32>>);
+
+impl SummaryNorms {
+    pub(crate) fn new(slots: usize) -> SummaryNorms {
+        SummaryNorms(vec![None; slots])
+    }
+
+    fn get(&mut self, s: usize, sum: &[u8]) -> f32 {
+        *self.0[s].get_or_insert_with(|| {
+            let sq: u32 = sum[2..].iter().map(|&b| SQUARES[b as usize] as u32).sum();
+            crate::format::summary::scale(sum) * (sq as f32).sqrt()
+        })
+    }
+}
+
+/// [`summary_scores`] with norms from `norms` (which must be this
+/// block's).
+pub(crate) fn summary_scores_with(
+    index: &Index,
+    queries: &Queries,
+    block: usize,
+    isa: Isa,
+    norms: &mut SummaryNorms,
+) -> Vec<f32> {
     let g = index.geometry();
     let sb = g.summary_bytes();
     let sums = index.summaries(block);
@@ -268,8 +304,7 @@ pub fn summary_scores(index: &Index, queries: &Queries, block: usize, isa: Isa) 
     for s in queries.active() {
         let sum = &sums[s * sb..(s + 1) * sb];
         kernels::int4_dots(isa, queries.slot(s), sum, sb, &mut one);
-        let sq: u32 = sum[2..].iter().map(|&b| SQUARES[b as usize] as u32).sum();
-        let norm = crate::format::summary::scale(sum) * (sq as f32).sqrt();
+        let norm = norms.get(s, sum);
         if norm > 0.0 {
             out[s] = one[0] / (queries.norm(s) * norm) * sqrt_d;
         }
@@ -308,11 +343,23 @@ pub fn fine_scores(
     isa: Isa,
     buf: &mut Vec<u8>,
 ) -> Result<Vec<f32>> {
-    let g = *mf.geometry();
     mf.read_record(block, buf)?;
+    Ok(fine_scores_of(mf, queries, tables, block, isa, buf))
+}
+
+/// [`fine_scores`] of a record already read into `record`.
+pub(crate) fn fine_scores_of(
+    mf: &MemoryFile,
+    queries: &Queries,
+    tables: &FineTables,
+    block: u64,
+    isa: Isa,
+    record: &[u8],
+) -> Vec<f32> {
+    let g = *mf.geometry();
     let n = mf.index().meta(block as usize).n_tokens as usize;
     let parts = g.payload_parts(n);
-    let codes = &buf[crate::format::RECORD_HEADER + parts.codes..];
+    let codes = &record[crate::format::RECORD_HEADER + parts.codes..];
     let len = n * g.code_bytes as usize;
     let mut tok = vec![0f32; n];
     let mut out = vec![0f32; g.slots as usize];
@@ -326,7 +373,7 @@ pub fn fine_scores(
         let best = tok.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         out[s] = (2.0 * best - tables.sums[s]) / queries.norm(s);
     }
-    Ok(out)
+    out
 }
 
 /// Fuse per-slot scores of candidates into one score each.
@@ -351,7 +398,7 @@ pub fn fuse(rows: &[SlotScores], fusion: Fusion) -> Vec<f32> {
     }
 }
 
-fn best(rows: &[SlotScores], fused: &[f32], n: usize) -> Vec<Hit> {
+pub(crate) fn best(rows: &[SlotScores], fused: &[f32], n: usize) -> Vec<Hit> {
     let mut hits: Vec<Hit> = rows
         .iter()
         .zip(fused)
@@ -428,7 +475,7 @@ impl MemoryFile {
 
 /// `f` over `items` in order, split into `threads` contiguous chunks run
 /// on scoped threads (one thread: no spawn).
-fn par_map<T: Sync, R: Send>(
+pub(crate) fn par_map<T: Sync, R: Send>(
     items: &[T],
     threads: usize,
     f: impl Fn(&T) -> Result<R> + Sync,

@@ -15,6 +15,10 @@
 //!   hold the query's nibble partial sums, summed over the coarse slots in
 //!   u16 lanes. Integer arithmetic: every twin equals the scalar one
 //!   exactly. [`FastScanTables`] quantizes the query so no lane overflows.
+//! - **Threshold bits** (choosing the coarse candidates): which of a run
+//!   of u16 scores reach a floor, as bits, so a scan whose floor is above
+//!   almost every score skips them 32 or 64 at a time.
+//!
 //!   [`fast_scan_many`] scores several queries in one pass: each row of
 //!   sign bits is loaded and split into nibbles once, then looked up in
 //!   every query's tables ([`FastScanBatch`]), so m queries cost one read
@@ -88,6 +92,30 @@ impl Isa {
             _ => Isa::Scalar,
         }
     }
+}
+
+/// Ask the CPU to bring `bytes` into its caches without waiting for them:
+/// a pass that visits scattered places (the summaries of candidate
+/// blocks) names the next ones while it works on the current one, so
+/// their memory latencies overlap instead of adding up.
+pub fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // Every 64th byte and the last: each cache line `bytes` touches.
+        let last = bytes.len().saturating_sub(1);
+        for i in (0..bytes.len())
+            .step_by(64)
+            .chain((!bytes.is_empty()).then_some(last))
+        {
+            // SAFETY: i < bytes.len(), so the address is inside `bytes`;
+            // a prefetch is a hint that never faults and changes no state
+            // the program can see.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().add(i) as *const i8) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 /// Fill `tables` (`q.len() / 8` tables of 256) so that entry `[b][v]` is
@@ -316,5 +344,26 @@ pub fn fast_scan_many(isa: Isa, t: &FastScanBatch, slots: &[&[u8]], out: &mut [u
             unsafe { x86::fast_scan_many_avx2(t, slots, out) }
         }
         _ => scalar::fast_scan_many(t, slots, out),
+    }
+}
+
+/// Bit `i % 64` of `bits[i / 64]` set when `scores[i] >= floor`; bits
+/// past the end of `scores` clear. `bits.len()` is `scores.len()` / 64
+/// rounded up.
+pub fn at_least(isa: Isa, scores: &[u16], floor: u16, bits: &mut [u64]) {
+    assert_eq!(bits.len(), scores.len().div_ceil(64));
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if isa.is_supported() => {
+            // SAFETY: AVX-512 BW support was just checked; bits holds a
+            // word per 64 scores (asserted above).
+            unsafe { x86::at_least_avx512(scores, floor, bits) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 if Isa::Avx2.is_supported() => {
+            // SAFETY: AVX2 support was just checked; sizes as above.
+            unsafe { x86::at_least_avx2(scores, floor, bits) }
+        }
+        _ => scalar::at_least(scores, floor, bits),
     }
 }

@@ -67,3 +67,14 @@ pub fn fast_scan_many(t: &FastScanBatch, slots: &[&[u8]], out: &mut [u16]) {
         }
     }
 }
+
+/// Bit per score: set when it is at least `floor` (see
+/// [`super::at_least`]).
+pub fn at_least(scores: &[u16], floor: u16, bits: &mut [u64]) {
+    for (w, chunk) in bits.iter_mut().zip(scores.chunks(64)) {
+        *w = 0;
+        for (j, &s) in chunk.iter().enumerate() {
+            *w |= ((s >= floor) as u64) << j;
+        }
+    }
+}

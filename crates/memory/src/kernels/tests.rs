@@ -274,3 +274,31 @@ fn fast_scan_many_twins_agree_on_any_tables() {
         assert_eq!(got, want, "{}", isa.name());
     }
 }
+
+#[test]
+fn at_least_bits_match_scalar_and_the_definition() {
+    let mut r = Rng::new(8);
+    for n in [
+        0usize, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1024, 1031,
+    ] {
+        for spread in [2u64, 300, 65536] {
+            let scores: Vec<u16> = (0..n).map(|_| r.below(spread) as u16).collect();
+            for floor in [0u16, 1, r.below(spread) as u16, 65535] {
+                let words = n.div_ceil(64);
+                let mut want = vec![!0u64; words];
+                scalar::at_least(&scores, floor, &mut want);
+                for (i, &s) in scores.iter().enumerate() {
+                    assert_eq!(want[i / 64] >> (i % 64) & 1 == 1, s >= floor, "score {i}");
+                }
+                if n % 64 != 0 {
+                    assert_eq!(want[words - 1] >> (n % 64), 0, "bits past the end");
+                }
+                for isa in Isa::supported() {
+                    let mut got = vec![!0u64; words];
+                    at_least(isa, &scores, floor, &mut got);
+                    assert_eq!(got, want, "{} n {n} floor {floor}", isa.name());
+                }
+            }
+        }
+    }
+}

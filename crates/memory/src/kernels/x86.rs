@@ -464,3 +464,61 @@ unsafe fn many_avx512<const M: usize>(
         }
     }
 }
+
+/// # Safety
+/// The CPU must support AVX2; `bits.len() = scores.len().div_ceil(64)`.
+#[target_feature(enable = "avx2")]
+pub unsafe fn at_least_avx2(scores: &[u16], floor: u16, bits: &mut [u64]) {
+    let n = scores.len();
+    let f = _mm256_set1_epi16(floor as i16);
+    let whole = n / 64;
+    for (w, word) in bits.iter_mut().enumerate().take(whole) {
+        let mut m = 0u64;
+        for half in 0..2 {
+            let at = w * 64 + half * 32;
+            // SAFETY: at + 32 <= whole·64 <= n.
+            let (a, b) = unsafe {
+                (
+                    _mm256_loadu_si256(scores.as_ptr().add(at) as *const __m256i),
+                    _mm256_loadu_si256(scores.as_ptr().add(at + 16) as *const __m256i),
+                )
+            };
+            // s >= floor exactly when max(s, floor) == s (unsigned).
+            let ga = _mm256_cmpeq_epi16(_mm256_max_epu16(a, f), a);
+            let gb = _mm256_cmpeq_epi16(_mm256_max_epu16(b, f), b);
+            // Lanes of 0 or −1 pack to bytes in the order a0..7 b0..7
+            // a8..15 b8..15; the permute puts them back in score order.
+            let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi16(ga, gb));
+            m |= (_mm256_movemask_epi8(packed) as u32 as u64) << (half * 32);
+        }
+        *word = m;
+    }
+    if whole < bits.len() {
+        super::scalar::at_least(&scores[whole * 64..], floor, &mut bits[whole..]);
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX-512 F/BW; sizes as [`at_least_avx2`].
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+pub unsafe fn at_least_avx512(scores: &[u16], floor: u16, bits: &mut [u64]) {
+    let n = scores.len();
+    let f = _mm512_set1_epi16(floor as i16);
+    for (w, word) in bits.iter_mut().enumerate() {
+        let mut m = 0u64;
+        for half in 0..2 {
+            let at = w * 64 + half * 32;
+            if at >= n {
+                break;
+            }
+            let lanes = (n - at).min(32);
+            let keep: __mmask32 = if lanes == 32 { !0 } else { (1u32 << lanes) - 1 };
+            // SAFETY: the masked load reads only the `lanes` scores from
+            // `at` on, all below n; the others are not touched.
+            let v =
+                unsafe { _mm512_maskz_loadu_epi16(keep, scores.as_ptr().add(at) as *const i16) };
+            m |= ((_mm512_cmpge_epu16_mask(v, f) & keep) as u64) << (half * 32);
+        }
+        *word = m;
+    }
+}

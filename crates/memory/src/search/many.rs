@@ -20,8 +20,8 @@
 
 use super::top::TopScores;
 use super::{
-    best, fine_scores_of, fuse, par_map, summary_scores_with, FineTables, Queries, SearchParams,
-    SearchResult, SlotScores, SummaryNorms, Timings,
+    best, fine_slot_score, fuse, par_chunks, record_codes, summary_scores_with, FineTables,
+    Queries, SearchParams, SearchResult, SlotScores, SummaryNorms, Timings,
 };
 use crate::error::{Error, Result};
 use crate::index::{Index, TILE_GROUPS};
@@ -94,8 +94,11 @@ impl MemoryFile {
         Ok(res)
     }
 
-    /// Fine scores of each query's candidates (in its order), each
-    /// distinct record read once.
+    /// Fine scores of each query's candidates (in its order). Each
+    /// distinct record is read once; the records a thread reads are then
+    /// scored query by query and slot by slot, so one slot's lookup
+    /// tables (8 KB for 8-byte codes) stay in L1 over all of a query's
+    /// records instead of each record bringing a query's 8 tables back.
     fn fine_many(
         &self,
         qs: &[Queries],
@@ -103,7 +106,8 @@ impl MemoryFile {
         threads: usize,
         isa: Isa,
     ) -> Result<Vec<Vec<SlotScores>>> {
-        let n_slots = self.geometry().slots as usize;
+        let g = *self.geometry();
+        let n_slots = g.slots as usize;
         // (block, query, place in that query's list), by block.
         let mut wanted: Vec<(u64, usize, usize)> = fine_in
             .iter()
@@ -118,14 +122,47 @@ impl MemoryFile {
             self.prefetch(wanted[a].0);
         }
         let tables: Vec<FineTables> = qs.iter().map(|q| FineTables::new(q, n_slots)).collect();
-        let scored = par_map(&runs, threads, |&(a, e)| {
-            let block = wanted[a].0;
-            let mut buf = Vec::new();
-            self.read_record(block, &mut buf)?;
-            Ok(wanted[a..e]
-                .iter()
-                .map(|&(_, q, _)| fine_scores_of(self, &qs[q], &tables[q], block, isa, &buf))
-                .collect::<Vec<_>>())
+        let record_len = |b: u64| g.record_len(self.index().meta(b as usize).n_tokens as usize);
+        let scored = par_chunks(&runs, threads, |chunk| {
+            let mut out = Vec::new();
+            let mut records: Vec<Vec<u8>> = Vec::new();
+            let mut tok = Vec::new();
+            let mut rest = chunk;
+            while !rest.is_empty() {
+                // Records held at once: at most FINE_BYTES (one at least).
+                let mut take = 1;
+                let mut bytes = record_len(wanted[rest[0].0].0);
+                while take < rest.len() {
+                    bytes += record_len(wanted[rest[take].0].0);
+                    if bytes > FINE_BYTES {
+                        break;
+                    }
+                    take += 1;
+                }
+                let (now, later) = rest.split_at(take);
+                rest = later;
+                records.resize_with(now.len(), Vec::new);
+                // (query, record, place), by query.
+                let mut jobs: Vec<(usize, usize, usize)> = Vec::new();
+                for (r, &(a, e)) in now.iter().enumerate() {
+                    self.read_record(wanted[a].0, &mut records[r])?;
+                    jobs.extend(wanted[a..e].iter().map(|&(_, q, i)| (q, r, i)));
+                }
+                jobs.sort_unstable();
+                for same in jobs.chunk_by(|x, y| x.0 == y.0) {
+                    let q = same[0].0;
+                    let mut scores = vec![vec![0f32; n_slots]; same.len()];
+                    for s in qs[q].active() {
+                        for (&(_, r, _), sc) in same.iter().zip(scores.iter_mut()) {
+                            let block = wanted[now[r].0].0;
+                            let codes = record_codes(self, block, &records[r], s);
+                            sc[s] = fine_slot_score(&qs[q], &tables[q], s, codes, isa, &mut tok);
+                        }
+                    }
+                    out.extend(same.iter().zip(scores).map(|(&(q, _, i), sc)| (q, i, sc)));
+                }
+            }
+            Ok(out)
         })?;
         let mut out: Vec<Vec<SlotScores>> = fine_in
             .iter()
@@ -138,14 +175,20 @@ impl MemoryFile {
                     .collect()
             })
             .collect();
-        for (&(a, e), scores) in runs.iter().zip(scored) {
-            for (&(_, q, i), s) in wanted[a..e].iter().zip(scores) {
-                out[q][i].scores = s;
-            }
+        for (q, i, scores) in scored {
+            out[q][i].scores = scores;
         }
         Ok(out)
     }
 }
+
+/// Bytes of records a thread of the fine pass holds at once (small in
+/// tests, so that a pass takes several rounds there).
+const FINE_BYTES: u64 = if cfg!(test) { 64 << 10 } else { 512 << 10 };
+
+/// Blocks ahead of the one being scored whose summaries the summary pass
+/// asks the CPU for.
+const SUMMARY_AHEAD: usize = 8;
 
 /// `[start, end)` of each run of equal blocks in `items` (sorted by block).
 fn runs_by_block<T>(items: &[T], block: impl Fn(&T) -> u64) -> Vec<(usize, usize)> {
@@ -208,7 +251,7 @@ fn coarse_many(
     let threads = threads.clamp(1, tiles.max(1));
     let per = tiles.div_ceil(threads).max(1);
     let scan = |from: usize, to: usize| {
-        let mut tops: Vec<TopScores> = (0..m).map(|_| TopScores::new(c)).collect();
+        let mut tops: Vec<TopScores> = (0..m).map(|_| TopScores::new(c, isa)).collect();
         let mut scores = vec![0u16; m * per_tile];
         for tile in from..to {
             let t = &data[tile * tb..][..tb];
@@ -252,6 +295,9 @@ fn coarse_many(
 
 /// Each query's summary scores of its coarse candidates (in their order):
 /// a block kept by several queries is scored for all of them together.
+/// The candidates' summaries are scattered over the index (each a few
+/// cache lines): the next ones are prefetched while one is scored, so the
+/// pass is not a chain of memory latencies.
 fn summary_many(
     index: &Index,
     qs: &[Queries],
@@ -259,7 +305,20 @@ fn summary_many(
     threads: usize,
     isa: Isa,
 ) -> Result<Vec<Vec<SlotScores>>> {
-    let n_slots = index.geometry().slots as usize;
+    let g = index.geometry();
+    let (n_slots, sb) = (g.slots as usize, g.summary_bytes());
+    // The bytes of a block's summaries any query reads.
+    let first = qs
+        .iter()
+        .filter_map(|q| q.active().next())
+        .min()
+        .unwrap_or(0);
+    let end = qs
+        .iter()
+        .filter_map(|q| q.active().last())
+        .max()
+        .map_or(0, |s| s + 1);
+    let span = first * sb..end.max(first) * sb;
     // (block, query), by block; each query's candidates are in block
     // order, so they come out in their order.
     let mut pairs: Vec<(u64, usize)> = coarse
@@ -269,20 +328,27 @@ fn summary_many(
         .collect();
     pairs.sort_unstable();
     let runs = runs_by_block(&pairs, |p| p.0);
-    let scored = par_map(&runs, threads, |&(a, e)| {
-        let block = pairs[a].0 as usize;
+    let scored = par_chunks(&runs, threads, |chunk| {
         let mut norms = SummaryNorms::new(n_slots);
-        Ok(pairs[a..e]
-            .iter()
-            .map(|&(_, q)| summary_scores_with(index, &qs[q], block, isa, &mut norms))
-            .collect::<Vec<_>>())
+        let mut out = Vec::new();
+        for (i, &(a, e)) in chunk.iter().enumerate() {
+            if let Some(&(ahead, _)) = chunk.get(i + SUMMARY_AHEAD) {
+                kernels::prefetch(&index.summaries(pairs[ahead].0 as usize)[span.clone()]);
+            }
+            let block = pairs[a].0 as usize;
+            norms.clear();
+            out.extend(
+                pairs[a..e]
+                    .iter()
+                    .map(|&(_, q)| summary_scores_with(index, &qs[q], block, isa, &mut norms)),
+            );
+        }
+        Ok(out)
     })?;
     let mut out: Vec<Vec<SlotScores>> =
         coarse.iter().map(|c| Vec::with_capacity(c.len())).collect();
-    for (&(a, e), scores) in runs.iter().zip(scored) {
-        for (&(block, q), s) in pairs[a..e].iter().zip(scores) {
-            out[q].push(SlotScores { block, scores: s });
-        }
+    for (&(block, q), scores) in pairs.iter().zip(scored) {
+        out[q].push(SlotScores { block, scores });
     }
     Ok(out)
 }

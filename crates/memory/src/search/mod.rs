@@ -278,6 +278,11 @@ impl SummaryNorms {
         SummaryNorms(vec![None; slots])
     }
 
+    /// For another block.
+    pub(crate) fn clear(&mut self) {
+        self.0.fill(None);
+    }
+
     fn get(&mut self, s: usize, sum: &[u8]) -> f32 {
         *self.0[s].get_or_insert_with(|| {
             let sq: u32 = sum[2..].iter().map(|&b| SQUARES[b as usize] as u32).sum();
@@ -356,24 +361,44 @@ pub(crate) fn fine_scores_of(
     isa: Isa,
     record: &[u8],
 ) -> Vec<f32> {
-    let g = *mf.geometry();
-    let n = mf.index().meta(block as usize).n_tokens as usize;
-    let parts = g.payload_parts(n);
-    let codes = &record[crate::format::RECORD_HEADER + parts.codes..];
-    let len = n * g.code_bytes as usize;
-    let mut tok = vec![0f32; n];
-    let mut out = vec![0f32; g.slots as usize];
+    let mut tok = Vec::new();
+    let mut out = vec![0f32; mf.geometry().slots as usize];
     for s in queries.active() {
-        kernels::lut_scores(
-            isa,
-            &tables.tables[s],
-            &codes[s * len..(s + 1) * len],
-            &mut tok,
-        );
-        let best = tok.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        out[s] = (2.0 * best - tables.sums[s]) / queries.norm(s);
+        let codes = record_codes(mf, block, record, s);
+        out[s] = fine_slot_score(queries, tables, s, codes, isa, &mut tok);
     }
     out
+}
+
+/// Slot `s`'s codes in `record` (block `block`'s record, header first).
+pub(crate) fn record_codes<'r>(
+    mf: &MemoryFile,
+    block: u64,
+    record: &'r [u8],
+    s: usize,
+) -> &'r [u8] {
+    let g = mf.geometry();
+    let n = mf.index().meta(block as usize).n_tokens as usize;
+    let at = crate::format::RECORD_HEADER + g.payload_parts(n).codes;
+    let len = n * g.code_bytes as usize;
+    &record[at + s * len..at + (s + 1) * len]
+}
+
+/// One slot's fine score of a block with slot codes `codes`: its best
+/// token's `<q, sign(code)>` over ‖q‖. `tok` is scratch.
+pub(crate) fn fine_slot_score(
+    queries: &Queries,
+    tables: &FineTables,
+    s: usize,
+    codes: &[u8],
+    isa: Isa,
+    tok: &mut Vec<f32>,
+) -> f32 {
+    let cb = tables.tables[s].len() / 256;
+    tok.resize(codes.len() / cb, 0.0);
+    kernels::lut_scores(isa, &tables.tables[s], codes, tok);
+    let best = tok.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    (2.0 * best - tables.sums[s]) / queries.norm(s)
 }
 
 /// Fuse per-slot scores of candidates into one score each.
@@ -480,22 +505,35 @@ pub(crate) fn par_map<T: Sync, R: Send>(
     threads: usize,
     f: impl Fn(&T) -> Result<R> + Sync,
 ) -> Result<Vec<R>> {
+    par_chunks(items, threads, |chunk| chunk.iter().map(&f).collect())
+}
+
+/// `f` over `threads` contiguous chunks of `items`, the first on this
+/// thread and the others on scoped threads; the results joined in order.
+/// Few items stay on one thread (a spawn costs more than they do).
+pub(crate) fn par_chunks<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&[T]) -> Result<Vec<R>> + Sync,
+) -> Result<Vec<R>> {
     if threads <= 1 || items.len() < 2 * threads {
-        return items.iter().map(&f).collect();
+        return f(items);
     }
     let per = items.len().div_ceil(threads);
     let parts: Vec<Result<Vec<R>>> = std::thread::scope(|sc| {
+        let f = &f;
         let handles: Vec<_> = items
             .chunks(per)
-            .map(|chunk| {
-                let f = &f;
-                sc.spawn(move || chunk.iter().map(f).collect::<Result<Vec<R>>>())
-            })
+            .skip(1)
+            .map(|chunk| sc.spawn(move || f(chunk)))
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("search thread panicked"))
-            .collect()
+        let mut parts = vec![f(&items[..per])];
+        parts.extend(
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("search thread panicked")),
+        );
+        parts
     });
     let mut out = Vec::with_capacity(items.len());
     for p in parts {

@@ -7,77 +7,122 @@
 //! floor under which none can: when the kept blocks reach `2c`, the `c`-th
 //! best score `v` is found, the blocks above it and the earliest ties at
 //! it fill `c`, and the floor becomes `v + 1` (a later block at `v` ranks
-//! after those ties). So a pass over millions of scores touches few of
-//! them, and a 32-score chunk below the floor costs one vector max.
+//! after those ties). Which scores reach the floor is asked of a kernel
+//! as bits ([`kernels::at_least`]), so the millions of scores below it
+//! cost a compare per 32 and no branch each; about `c · ln(n / c)` are
+//! kept over a scan of `n`.
 
-/// Scores below the floor in a chunk of this many are skipped at once.
-const CHUNK: usize = 32;
+use crate::kernels::{self, Isa};
 
 #[derive(Clone, Debug)]
 pub struct TopScores {
     c: usize,
-    /// `(score, block)` in block order.
-    kept: Vec<(u16, u64)>,
+    isa: Isa,
+    /// Kept scores and their blocks, in block order.
+    scores: Vec<u16>,
+    blocks: Vec<u64>,
     /// Scores below this cannot be among the best `c` (u32: one past
     /// u16::MAX means nothing more can).
     floor: u32,
+    /// Scratch: counts per score, bits per offered score.
+    hist: Vec<u32>,
+    bits: Vec<u64>,
 }
 
 impl TopScores {
-    pub fn new(c: usize) -> TopScores {
+    pub fn new(c: usize, isa: Isa) -> TopScores {
+        let cap = 2 * c.min(1 << 16);
         TopScores {
             c,
-            kept: Vec::with_capacity(2 * c.min(1 << 16)),
+            isa,
+            scores: Vec::with_capacity(cap),
+            blocks: Vec::with_capacity(cap),
             floor: if c == 0 { 1 << 16 } else { 0 },
+            hist: Vec::new(),
+            bits: Vec::new(),
         }
     }
 
     /// Offer `scores[i]` for block `first + i`; blocks must come in
     /// increasing order over all calls.
     pub fn offer(&mut self, scores: &[u16], first: u64) {
-        for (ci, chunk) in scores.chunks(CHUNK).enumerate() {
-            if (chunk.iter().copied().max().unwrap_or(0) as u32) < self.floor {
-                continue;
-            }
-            for (j, &s) in chunk.iter().enumerate() {
-                if s as u32 >= self.floor {
-                    self.kept.push((s, first + (ci * CHUNK + j) as u64));
-                    if self.kept.len() >= 2 * self.c {
+        if self.floor > u16::MAX as u32 {
+            return;
+        }
+        let mut bits = std::mem::take(&mut self.bits);
+        bits.resize(scores.len().div_ceil(64), 0);
+        kernels::at_least(self.isa, scores, self.floor as u16, &mut bits);
+        for (w, &word) in bits.iter().enumerate() {
+            let mut m = word;
+            while m != 0 {
+                let j = w * 64 + m.trailing_zeros() as usize;
+                m &= m - 1;
+                // The floor may have risen since the bits were taken.
+                if scores[j] as u32 >= self.floor {
+                    self.scores.push(scores[j]);
+                    self.blocks.push(first + j as u64);
+                    if self.scores.len() >= 2 * self.c {
                         self.prune();
                     }
                 }
             }
         }
+        self.bits = bits;
     }
 
     /// Keep the best `c` of what is kept (by score, then block) and raise
     /// the floor past the `c`-th score.
     fn prune(&mut self) {
-        if self.kept.len() <= self.c {
+        if self.scores.len() <= self.c {
             return;
         }
-        let v = nth_best(&self.kept, self.c);
-        let above = self.kept.iter().filter(|k| k.0 > v).count();
+        let (v, above) = self.nth_best();
         let mut ties = self.c - above;
-        self.kept.retain(|k| {
-            k.0 > v
-                || (k.0 == v && ties > 0 && {
-                    ties -= 1;
-                    true
-                })
-        });
+        let mut w = 0;
+        for i in 0..self.scores.len() {
+            let s = self.scores[i];
+            let keep = s > v || (s == v && ties > 0);
+            ties -= (keep && s == v) as usize;
+            self.scores[w] = s;
+            self.blocks[w] = self.blocks[i];
+            w += keep as usize;
+        }
+        self.scores.truncate(w);
+        self.blocks.truncate(w);
         self.floor = v as u32 + 1;
+    }
+
+    /// The `c`-th highest kept score (`c <= kept`) and how many kept are
+    /// higher, by counting the scores between the lowest and highest.
+    fn nth_best(&mut self) -> (u16, usize) {
+        let lo = self.scores.iter().copied().min().unwrap_or(0) as usize;
+        let hi = self.scores.iter().copied().max().unwrap_or(0) as usize;
+        self.hist.clear();
+        self.hist.resize(hi - lo + 1, 0);
+        for &s in &self.scores {
+            self.hist[s as usize - lo] += 1;
+        }
+        let mut above = 0usize;
+        for v in (lo..=hi).rev() {
+            let here = self.hist[v - lo] as usize;
+            if above + here >= self.c {
+                return (v as u16, above);
+            }
+            above += here;
+        }
+        (lo as u16, above)
     }
 
     /// Join the tops of consecutive ranges of blocks (`later` after
     /// `self`).
     pub fn append(&mut self, later: TopScores) {
-        for &(s, b) in &later.kept {
+        for (&s, &b) in later.scores.iter().zip(&later.blocks) {
             if s as u32 >= self.floor {
-                self.kept.push((s, b));
+                self.scores.push(s);
+                self.blocks.push(b);
             }
         }
-        if self.kept.len() >= 2 * self.c {
+        if self.scores.len() >= 2 * self.c {
             self.prune();
         }
     }
@@ -85,15 +130,8 @@ impl TopScores {
     /// The best `c` blocks, in block order.
     pub fn into_blocks(mut self) -> Vec<u64> {
         self.prune();
-        self.kept.into_iter().map(|(_, b)| b).collect()
+        self.blocks
     }
-}
-
-/// The `c`-th highest score of `kept` (1-based, `c <= kept.len()`).
-fn nth_best(kept: &[(u16, u64)], c: usize) -> u16 {
-    let mut s: Vec<u16> = kept.iter().map(|k| k.0).collect();
-    let (_, v, _) = s.select_nth_unstable_by(c - 1, |a, b| b.cmp(a));
-    *v
 }
 
 #[cfg(test)]
@@ -112,7 +150,8 @@ mod tests {
                 let scores: Vec<u16> = (0..n).map(|_| r.below(distinct) as u16).collect();
                 for c in [0usize, 1, 2, 3, 17, 64, 999, 6000] {
                     let want = super::super::top_u16(&scores, c);
-                    let mut t = TopScores::new(c);
+                    let isa = Isa::supported()[r.below(Isa::supported().len() as u64) as usize];
+                    let mut t = TopScores::new(c, isa);
                     let mut at = 0;
                     while at < n {
                         let len = (r.below(70) as usize + 1).min(n - at);
@@ -122,9 +161,9 @@ mod tests {
                     assert_eq!(t.into_blocks(), want, "n {n} distinct {distinct} c {c}");
                     // Two ranges chosen apart, then joined.
                     let cut = r.below(n as u64 + 1) as usize;
-                    let mut a = TopScores::new(c);
+                    let mut a = TopScores::new(c, isa);
                     a.offer(&scores[..cut], 0);
-                    let mut b = TopScores::new(c);
+                    let mut b = TopScores::new(c, isa);
                     b.offer(&scores[cut..], cut as u64);
                     a.append(b);
                     assert_eq!(a.into_blocks(), want, "split at {cut}: n {n} c {c}");

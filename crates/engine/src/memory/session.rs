@@ -375,15 +375,26 @@ impl MemorySession {
             let m = index.meta(b as usize);
             m.first_token >= sink_end && m.first_token + m.n_tokens as u64 <= hot_from
         };
-        let mut fused: Vec<(u64, f32)> = Vec::new();
-        let mut queries = Vec::new();
+        // One query per row, all searched in one pass over the index (a
+        // search per row read the index once each: 8 passes a retrieval).
+        let mut queries: Vec<Vec<f32>> = Vec::with_capacity(rows.len());
         for &row in &rows {
+            let mut q = Vec::new();
             self.layout
-                .query_vectors(&[row], |li| &e.queries[li], &mut queries);
+                .query_vectors(&[row], |li| &e.queries[li], &mut q);
             // Only the strongest slots search (the layout's first).
             let d = self.layout.code_dims();
-            queries[self.config.search_slots.min(self.layout.n_slots()) * d..].fill(0.0);
-            let hits = self.search(&queries, PER_ROW)?;
+            q[self.config.search_slots.min(self.layout.n_slots()) * d..].fill(0.0);
+            queries.push(q);
+        }
+        let refs: Vec<&[f32]> = queries.iter().map(|q| q.as_slice()).collect();
+        let params = SearchParams {
+            k: PER_ROW,
+            ..SearchParams::default()
+        };
+        let results = self.file.search_many(&refs, &params)?;
+        let mut fused: Vec<(u64, f32)> = Vec::new();
+        for hits in results.iter().map(|r| &r.hits) {
             let Some(best) = hits.first() else { continue };
             let mean = hits.iter().map(|h| h.score).sum::<f32>() / hits.len() as f32;
             let weight = (best.score - mean).max(0.0);

@@ -4,11 +4,17 @@
 //! - **LUT scoring** (fine pass): a token's score in a slot is
 //!   `Σ_{bits set} q_i`, read from one 256-entry f32 table per code byte
 //!   ([`lut_tables`]), so a 64-bit code costs 8 loads and 8 adds. The
-//!   caller turns it into `<q, sign(code)> = 2·that − Σ q`. The SIMD twins
-//!   gather 8 (AVX2) or 16 (AVX-512) tokens at once and add the bytes in
-//!   the same order, so they equal the scalar sums bit for bit.
+//!   caller turns it into `<q, sign(code)> = 2·that − Σ q`. The fast
+//!   version scores four tokens at a time with plain loads (four
+//!   independent sums, so their loads overlap), adding each token's bytes
+//!   in the reference's order: it equals the scalar sums bit for bit. On
+//!   this project's machine (AMD Zen 4) it took 0.93 ms for a retrieval's
+//!   8,192 blocks × slots against 1.9–4.6 ms for the plain loop and 3–7
+//!   ms for the AVX2 and AVX-512 gather versions it replaced.
 //! - **Int4 dots** (summary pass): `scale · Σ q_i · (nibble_i − 8)`. The
 //!   SIMD twins sum in another order; tests bound the difference.
+//!   [`int4_sq`] gives `Σ (nibble − 8)²`, the summary's squared norm over
+//!   its scale², exactly (integers).
 //! - **Fast scan** (coarse pass over every block): the sign bits of block
 //!   summaries, transposed so byte `b` of 64 consecutive blocks is one
 //!   64-byte row, are scored by 4-bit lookups (`pshufb`) in u8 tables that
@@ -135,7 +141,9 @@ pub fn lut_tables(q: &[f32], tables: &mut [f32]) {
 }
 
 /// `out[t] = Σ_b tables[b][codes[t·cb + b]]` for the `out.len()` tokens of
-/// one slot, `cb = tables.len() / 256`.
+/// one slot, `cb = tables.len() / 256`. [`Isa::Scalar`] runs the plain
+/// reference; every other set the four-token loop (no SIMD: gathers lost
+/// to plain loads, see the module doc).
 pub fn lut_scores(isa: Isa, tables: &[f32], codes: &[u8], out: &mut [f32]) {
     let cb = tables.len() / 256;
     assert!(cb > 0 && tables.len() == cb * 256);
@@ -145,19 +153,28 @@ pub fn lut_scores(isa: Isa, tables: &[f32], codes: &[u8], out: &mut [f32]) {
         "codes must be tokens × code bytes"
     );
     match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if isa.is_supported() => {
-            // SAFETY: AVX-512 F/BW support was just checked; the lengths
-            // were asserted above, as the kernel requires.
-            unsafe { x86::lut_scores_avx512(tables, codes, out) }
-        }
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512 if Isa::Avx2.is_supported() => {
-            // SAFETY: AVX2 support was just checked; lengths as above.
-            unsafe { x86::lut_scores_avx2(tables, codes, out) }
-        }
-        _ => scalar::lut_scores(tables, codes, out),
+        Isa::Scalar => scalar::lut_scores(tables, codes, out),
+        _ => lut_scores_by_four(tables, codes, out),
     }
+}
+
+/// [`scalar::lut_scores`] for four tokens at once: the same additions per
+/// token in the same order, interleaved so that four chains of loads and
+/// adds are in flight instead of one.
+fn lut_scores_by_four(tables: &[f32], codes: &[u8], out: &mut [f32]) {
+    let cb = tables.len() / 256;
+    let mut quads = codes.chunks_exact(4 * cb);
+    let mut outs = out.chunks_exact_mut(4);
+    for (c, o) in (&mut quads).zip(&mut outs) {
+        let mut s = [0f32; 4];
+        for (b, t) in tables.chunks_exact(256).enumerate() {
+            for (i, si) in s.iter_mut().enumerate() {
+                *si += t[c[i * cb + b] as usize];
+            }
+        }
+        o.copy_from_slice(&s);
+    }
+    scalar::lut_scores(tables, quads.remainder(), outs.into_remainder());
 }
 
 /// `out[i] = scale_i · Σ_d q[d] · (nibble_{i,d} − 8)` for `out.len()`
@@ -181,6 +198,21 @@ pub fn int4_dots(isa: Isa, q: &[f32], summaries: &[u8], stride: usize, out: &mut
             }
             _ => scalar::int4_dot(q, s),
         };
+    }
+}
+
+/// `Σ_d (nibble_d − 8)²` of one summary `s` (f16 scale, then nibbles):
+/// its squared norm in units of its scale.
+pub fn int4_sq(isa: Isa, s: &[u8]) -> u32 {
+    assert!(s.len() >= 2);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 if Isa::Avx2.is_supported() => {
+            // SAFETY: AVX2 support was just checked; the kernel reads
+            // only `s`.
+            unsafe { x86::int4_sq_avx2(s) }
+        }
+        _ => scalar::int4_sq(s),
     }
 }
 

@@ -25,6 +25,17 @@ pub fn int4_dot(q: &[f32], s: &[u8]) -> f32 {
     acc * crate::format::summary::scale(s)
 }
 
+/// Σ of the squared int4 values (nibble − 8) of summary `s`.
+pub fn int4_sq(s: &[u8]) -> u32 {
+    s[2..]
+        .iter()
+        .map(|&b| {
+            let (lo, hi) = ((b & 15) as i32 - 8, (b >> 4) as i32 - 8);
+            (lo * lo + hi * hi) as u32
+        })
+        .sum()
+}
+
 /// u16 sums of table lookups over every coarse slot and code byte, for
 /// each block of each group (see [`super::fast_scan`]).
 pub fn fast_scan(t: &FastScanTables, slots: &[&[u8]], out: &mut [u16]) {

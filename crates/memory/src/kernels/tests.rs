@@ -302,3 +302,21 @@ fn at_least_bits_match_scalar_and_the_definition() {
         }
     }
 }
+
+#[test]
+fn int4_sq_matches_scalar_and_the_definition() {
+    let mut r = Rng::new(9);
+    for d in [0usize, 2, 6, 30, 32, 34, 64, 66, 128, 130] {
+        for _ in 0..20 {
+            let mut s = vec![0u8; d / 2 + 2];
+            r.fill(&mut s);
+            let want: u32 = crate::format::summary::values(&s)
+                .map(|v| (v as i32 * v as i32) as u32)
+                .sum();
+            assert_eq!(scalar::int4_sq(&s), want, "d {d}");
+            for isa in Isa::supported() {
+                assert_eq!(int4_sq(isa, &s), want, "{} d {d}", isa.name());
+            }
+        }
+    }
+}

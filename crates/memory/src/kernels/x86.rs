@@ -1,86 +1,9 @@
-//! x86-64 twins of [`super::scalar`]. The fast scan and LUT scoring equal
-//! the scalar results bit for bit (same integer sums; same float additions
-//! in the same order); the int4 dot sums in another order.
+//! x86-64 twins of [`super::scalar`]. The fast scans, threshold bits and
+//! int4 squares equal the scalar results exactly (integer sums); the int4
+//! dot sums in another order.
 
 use super::{FastScanBatch, FastScanTables, GROUP};
 use core::arch::x86_64::*;
-
-/// # Safety
-/// The CPU must support AVX2; `tables.len() = 256·cb`, `codes.len() =
-/// out.len()·cb`.
-#[target_feature(enable = "avx2")]
-pub unsafe fn lut_scores_avx2(tables: &[f32], codes: &[u8], out: &mut [f32]) {
-    let cb = tables.len() / 256;
-    let n = out.len();
-    let k = cb as i32;
-    let offsets = _mm256_setr_epi32(0, k, 2 * k, 3 * k, 4 * k, 5 * k, 6 * k, 7 * k);
-    let byte = _mm256_set1_epi32(0xff);
-    let mut t = 0;
-    // Each index gather reads 4 bytes from a code byte on, so 8 tokens go
-    // through SIMD only while the last of those 3 extra bytes is inside
-    // `codes`; the rest take the scalar loop.
-    while t + 8 <= n && (t + 8) * cb + 3 <= codes.len() {
-        let mut acc = _mm256_setzero_ps();
-        for b in 0..cb {
-            // SAFETY: the gather reads bytes (t + i)·cb + b ..= +3 for
-            // i < 8, all below (t + 8)·cb + 3 <= codes.len() (loop guard).
-            let idx = unsafe {
-                let base = codes.as_ptr().add(t * cb + b) as *const i32;
-                _mm256_i32gather_epi32::<1>(base, offsets)
-            };
-            let idx = _mm256_add_epi32(
-                _mm256_and_si256(idx, byte),
-                _mm256_set1_epi32(b as i32 * 256),
-            );
-            // SAFETY: every index is b·256 + (a byte) < 256·cb = tables.len().
-            let v = unsafe { _mm256_i32gather_ps::<4>(tables.as_ptr(), idx) };
-            acc = _mm256_add_ps(acc, v);
-        }
-        // SAFETY: t + 8 <= n = out.len().
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(t), acc) };
-        t += 8;
-    }
-    super::scalar::lut_scores(tables, &codes[t * cb..], &mut out[t..]);
-}
-
-/// # Safety
-/// The CPU must support AVX-512 F/BW; lengths as [`lut_scores_avx2`].
-#[target_feature(enable = "avx512f,avx512bw,avx2")]
-pub unsafe fn lut_scores_avx512(tables: &[f32], codes: &[u8], out: &mut [f32]) {
-    let cb = tables.len() / 256;
-    let n = out.len();
-    let k = cb as i32;
-    let offsets = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32(k),
-    );
-    let byte = _mm512_set1_epi32(0xff);
-    let mut t = 0;
-    while t + 16 <= n && (t + 16) * cb + 3 <= codes.len() {
-        let mut acc = _mm512_setzero_ps();
-        for b in 0..cb {
-            // SAFETY: reads bytes (t + i)·cb + b ..= +3 for i < 16, all
-            // below (t + 16)·cb + 3 <= codes.len() (loop guard).
-            let idx = unsafe {
-                let base = codes.as_ptr().add(t * cb + b);
-                _mm512_i32gather_epi32::<1>(offsets, base as *const i32)
-            };
-            let idx = _mm512_add_epi32(
-                _mm512_and_si512(idx, byte),
-                _mm512_set1_epi32(b as i32 * 256),
-            );
-            // SAFETY: every index is below 256·cb = tables.len().
-            let v = unsafe { _mm512_i32gather_ps::<4>(idx, tables.as_ptr()) };
-            acc = _mm512_add_ps(acc, v);
-        }
-        // SAFETY: t + 16 <= n = out.len().
-        unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(t), acc) };
-        t += 16;
-    }
-    // SAFETY: same CPU features; the rest of the slices keep the lengths'
-    // relation.
-    unsafe { lut_scores_avx2(tables, &codes[t * cb..], &mut out[t..]) }
-}
 
 /// # Safety
 /// The CPU must support AVX2 and FMA; `s.len() >= q.len()/2 + 2`, `q.len()`
@@ -124,6 +47,35 @@ pub unsafe fn int4_dot_avx2(q: &[f32], s: &[u8]) -> f32 {
         i += 2;
     }
     acc * crate::format::summary::scale(s)
+}
+
+/// # Safety
+/// The CPU must support AVX2; `s.len() >= 2`.
+#[target_feature(enable = "avx2")]
+pub unsafe fn int4_sq_avx2(s: &[u8]) -> u32 {
+    let nib = &s[2..];
+    let m = _mm_set1_epi8(15);
+    let eight = _mm_set1_epi8(8);
+    let ones = _mm_set1_epi16(1);
+    let mut acc = _mm_setzero_si128();
+    let mut i = 0;
+    while i + 16 <= nib.len() {
+        // SAFETY: i + 16 <= nib.len().
+        let b = unsafe { _mm_loadu_si128(nib.as_ptr().add(i) as *const __m128i) };
+        let lo = _mm_abs_epi8(_mm_sub_epi8(_mm_and_si128(b, m), eight));
+        let hi = _mm_abs_epi8(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), m), eight));
+        // |v|·|v| summed in pairs (at most 2·64 per i16), then in fours.
+        acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_maddubs_epi16(lo, lo), ones));
+        acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_maddubs_epi16(hi, hi), ones));
+        i += 16;
+    }
+    let h = _mm_add_epi32(acc, _mm_shuffle_epi32::<0b01_00_11_10>(acc));
+    let h = _mm_add_epi32(h, _mm_shuffle_epi32::<0b10_11_00_01>(h));
+    let mut sum = _mm_cvtsi128_si32(h) as u32;
+    let mut tail = [0u8; 18];
+    tail[2..2 + nib.len() - i].copy_from_slice(&nib[i..]);
+    sum += super::scalar::int4_sq(&tail[..2 + nib.len() - i]);
+    sum
 }
 
 /// Groups summed per pass over the slots: each slot's run of up to 16

@@ -249,18 +249,6 @@ fn top_u16(scores: &[u16], c: usize) -> Vec<u64> {
     out
 }
 
-/// Σ of the squared int4 values a nibble byte holds.
-static SQUARES: [u8; 256] = {
-    let mut t = [0u8; 256];
-    let mut b = 0;
-    while b < 256 {
-        let (lo, hi) = ((b & 15) as i32 - 8, (b >> 4) as i32 - 8);
-        t[b] = (lo * lo + hi * hi) as u8;
-        b += 1;
-    }
-    t
-};
-
 /// Per-slot int4 summary scores of `block`, as z-scores: the cosine of
 /// query and summary times √D (its standard deviation for random vectors is
 /// 1/√D).
@@ -283,9 +271,9 @@ impl SummaryNorms {
         self.0.fill(None);
     }
 
-    fn get(&mut self, s: usize, sum: &[u8]) -> f32 {
+    fn get(&mut self, s: usize, sum: &[u8], isa: Isa) -> f32 {
         *self.0[s].get_or_insert_with(|| {
-            let sq: u32 = sum[2..].iter().map(|&b| SQUARES[b as usize] as u32).sum();
+            let sq = kernels::int4_sq(isa, sum);
             crate::format::summary::scale(sum) * (sq as f32).sqrt()
         })
     }
@@ -309,7 +297,7 @@ pub(crate) fn summary_scores_with(
     for s in queries.active() {
         let sum = &sums[s * sb..(s + 1) * sb];
         kernels::int4_dots(isa, queries.slot(s), sum, sb, &mut one);
-        let norm = norms.get(s, sum);
+        let norm = norms.get(s, sum, isa);
         if norm > 0.0 {
             out[s] = one[0] / (queries.norm(s) * norm) * sqrt_d;
         }

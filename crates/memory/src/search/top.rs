@@ -3,29 +3,41 @@
 //! scores), the same set the histogram selection of a whole score array
 //! gives ([`super::top_u16`]).
 //!
-//! A scan keeps the blocks that can still be among the best `c` and a
-//! floor under which none can: when the kept blocks reach `2c`, the `c`-th
-//! best score `v` is found, the blocks above it and the earliest ties at
-//! it fill `c`, and the floor becomes `v + 1` (a later block at `v` ranks
-//! after those ties). Which scores reach the floor is asked of a kernel
-//! as bits ([`kernels::at_least`]), so the millions of scores below it
-//! cost a compare per 32 and no branch each; about `c · ln(n / c)` are
-//! kept over a scan of `n`.
+//! A scan keeps the blocks that can still be among the best `c` and the
+//! `c`-th best score so far, `v`: a later block needs more than `v` (at
+//! `v` it ranks after the earlier ties). `v` follows the stream through a
+//! histogram of the kept scores near it: each kept score above `v` counts
+//! one, and while `c` scores are above `v`, `v` steps up past the count
+//! at its next value. Which offered scores pass `v` is asked of a kernel
+//! as bits ([`kernels::at_least`]), so the millions below it cost a
+//! compare per 32 and no branch each; about `c · ln(n / c)` are kept over
+//! a scan of `n`. Blocks that fell below `v` are dropped now and then and
+//! at the end.
 
 use crate::kernels::{self, Isa};
+
+/// Scores the histogram covers from its base; `v` walking past them
+/// rebuilds it from the kept scores.
+const WINDOW: usize = 2048;
 
 #[derive(Clone, Debug)]
 pub struct TopScores {
     c: usize,
     isa: Isa,
-    /// Kept scores and their blocks, in block order.
+    /// Kept scores and their blocks, in block order (some fallen below
+    /// `v` since they came).
     scores: Vec<u16>,
     blocks: Vec<u64>,
-    /// Scores below this cannot be among the best `c` (u32: one past
-    /// u16::MAX means nothing more can).
+    /// Scores below this cannot be among the best `c`: `v + 1` once `c`
+    /// are kept (u32: one past u16::MAX means nothing more can).
     floor: u32,
-    /// Scratch: counts per score, bits per offered score.
+    /// Kept scores above `v` (while `c` are not kept yet: all of them).
+    above: usize,
+    /// Counts of kept scores `base..base + WINDOW` (empty until `c` are
+    /// kept).
+    base: u32,
     hist: Vec<u32>,
+    /// Scratch: bits per offered score.
     bits: Vec<u64>,
 }
 
@@ -38,6 +50,8 @@ impl TopScores {
             scores: Vec::with_capacity(cap),
             blocks: Vec::with_capacity(cap),
             floor: if c == 0 { 1 << 16 } else { 0 },
+            above: 0,
+            base: 0,
             hist: Vec::new(),
             bits: Vec::new(),
         }
@@ -59,21 +73,53 @@ impl TopScores {
                 m &= m - 1;
                 // The floor may have risen since the bits were taken.
                 if scores[j] as u32 >= self.floor {
-                    self.scores.push(scores[j]);
-                    self.blocks.push(first + j as u64);
-                    if self.scores.len() >= 2 * self.c {
-                        self.prune();
-                    }
+                    self.push(scores[j], first + j as u64);
                 }
             }
         }
         self.bits = bits;
     }
 
-    /// Keep the best `c` of what is kept (by score, then block) and raise
-    /// the floor past the `c`-th score.
+    /// Keep a score at or above the floor and move `v` up as far as it
+    /// goes.
+    fn push(&mut self, s: u16, block: u64) {
+        self.scores.push(s);
+        self.blocks.push(block);
+        self.above += 1;
+        if self.hist.is_empty() {
+            // Fewer than `c` kept so far.
+            if self.scores.len() == self.c {
+                self.prune();
+            }
+            return;
+        }
+        if let Some(n) = self.hist.get_mut((s as u32 - self.base) as usize) {
+            *n += 1;
+        }
+        while self.above >= self.c {
+            // v = floor − 1 steps up by one: the scores at the new v are
+            // no longer above it.
+            let at = (self.floor - self.base) as usize;
+            match self.hist.get(at) {
+                Some(&n) => {
+                    self.above -= n as usize;
+                    self.floor += 1;
+                }
+                None => {
+                    self.prune();
+                    return;
+                }
+            }
+        }
+        if self.scores.len() >= 4 * self.c {
+            self.prune();
+        }
+    }
+
+    /// Keep exactly the best `c` of what is kept (by score, then block),
+    /// set `v` to the `c`-th and rebuild the histogram from it.
     fn prune(&mut self) {
-        if self.scores.len() <= self.c {
+        if self.scores.len() < self.c || self.c == 0 {
             return;
         }
         let (v, above) = self.nth_best();
@@ -90,21 +136,29 @@ impl TopScores {
         self.scores.truncate(w);
         self.blocks.truncate(w);
         self.floor = v as u32 + 1;
+        self.above = above;
+        self.base = v as u32;
+        self.hist.clear();
+        self.hist.resize(WINDOW, 0);
+        for &s in &self.scores {
+            if let Some(n) = self.hist.get_mut((s - v) as usize) {
+                *n += 1;
+            }
+        }
     }
 
     /// The `c`-th highest kept score (`c <= kept`) and how many kept are
     /// higher, by counting the scores between the lowest and highest.
-    fn nth_best(&mut self) -> (u16, usize) {
+    fn nth_best(&self) -> (u16, usize) {
         let lo = self.scores.iter().copied().min().unwrap_or(0) as usize;
         let hi = self.scores.iter().copied().max().unwrap_or(0) as usize;
-        self.hist.clear();
-        self.hist.resize(hi - lo + 1, 0);
+        let mut count = vec![0u32; hi - lo + 1];
         for &s in &self.scores {
-            self.hist[s as usize - lo] += 1;
+            count[s as usize - lo] += 1;
         }
         let mut above = 0usize;
         for v in (lo..=hi).rev() {
-            let here = self.hist[v - lo] as usize;
+            let here = count[v - lo] as usize;
             if above + here >= self.c {
                 return (v as u16, above);
             }
@@ -118,12 +172,8 @@ impl TopScores {
     pub fn append(&mut self, later: TopScores) {
         for (&s, &b) in later.scores.iter().zip(&later.blocks) {
             if s as u32 >= self.floor {
-                self.scores.push(s);
-                self.blocks.push(b);
+                self.push(s, b);
             }
-        }
-        if self.scores.len() >= 2 * self.c {
-            self.prune();
         }
     }
 

@@ -370,14 +370,14 @@ fn search(a: &Args, mf: &MemoryFile, needles: &[Needle]) {
     run(&variants[0], &refs(&needles[0]));
     for n in needles {
         let qs = refs(n);
-        if !a.cold {
-            // Warm: the candidates' records are in the page cache.
-            run(&variants[0], &qs);
-        }
         let mut first: Option<Vec<SearchResult>> = None;
         for (v, st) in variants.iter().zip(stats.iter_mut()) {
             if a.cold {
                 drop_cache(&a.path);
+            } else {
+                // Warm: this variant's candidate records are in the page
+                // cache.
+                run(v, &qs);
             }
             let (t, c) = (Instant::now(), cpu());
             let r = run(v, &qs);

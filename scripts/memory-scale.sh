@@ -22,4 +22,4 @@ bin=target/release/examples/memory_scale
 # dropped before each retrieval (the fine pass reads from disk).
 "$bin" --tokens "$tokens" --path "$file" --keep --no-search
 "$bin" --path "$file" --reuse --reopen --keep
-"$bin" --path "$file" --reuse --cold --variant "batch: one"
+"$bin" --path "$file" --reuse --cold --variant "batch: one" --variant loop

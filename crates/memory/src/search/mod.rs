@@ -16,6 +16,10 @@
 //! Fusion of per-slot scores: [`Fusion::ZSum`] (each slot's score over its
 //! standard deviation under random codes, summed) or [`Fusion::Rrf`]
 //! (reciprocal ranks among the candidates).
+//!
+//! [`MemoryFile::search`] is one query, written plainly; `many` runs
+//! several through each tier at once ([`MemoryFile::search_many`]) and is
+//! tested to give each one's result exactly.
 
 use crate::error::{Error, Result};
 use crate::index::{Index, TILE_GROUPS};

@@ -77,8 +77,20 @@ def evaluate(a, n_tokens, tmp):
     hay = os.path.join(tmp, f"hay-{n_tokens}.txt")
     with open(hay, "w") as f:
         f.write(text)
-    mem = os.path.join(tmp, f"hay-{n_tokens}.mem")
-    ing = ingest(a.bin, a.model, mem, hay, a.threads)
+    mem = os.path.join(tmp, f"hay-{n_tokens}-seed{a.seed}.mem")
+    meta = mem + ".ingest.json"
+    if a.workdir and os.path.exists(meta):
+        # Reuse an earlier ingest of the same haystack (same seed, length).
+        with open(meta) as f:
+            ing = json.load(f)
+    else:
+        for p in (mem, mem + ".idx"):
+            if os.path.exists(p):
+                os.remove(p)
+        ing = ingest(a.bin, a.model, mem, hay, a.threads)
+        if a.workdir:
+            with open(meta, "w") as f:
+                json.dump(ing, f)
     row = {"tokens": ing["tokens"], "needles": len(needles), "found": 0, "hit": 0,
            "ingest_tokens_per_second": ing["tokens_per_second"],
            "bytes_per_token": ing["bytes_per_token"], "recall_ms": [], "misses": []}
@@ -86,7 +98,7 @@ def evaluate(a, n_tokens, tmp):
         row.update({"in_window": 0, "random": 0})
     for n in needles:
         q = H.question(n["thing"])
-        v = ask(a.bin, a.model, mem, q)
+        v = ask(a.bin, a.model, mem, q, a.extra.split())
         ok = n["code"] in v["text"]
         row["found"] += ok
         row["hit"] += n["code"] in (v["memory"] or {}).get("recalled_text", "")
@@ -94,7 +106,8 @@ def evaluate(a, n_tokens, tmp):
         if not ok:
             row["misses"].append({"thing": n["thing"], "code": n["code"], "said": v["text"]})
         if a.bounds:
-            r = ask(a.bin, a.model, mem, q, ["--memory-random-recall", str(a.seed)])
+            r = ask(a.bin, a.model, mem, q,
+                    a.extra.split() + ["--memory-random-recall", str(a.seed)])
             row["random"] += n["code"] in r["text"]
             # The needle's surroundings alone: ~1,800 tokens, all in context.
             at = text.find(f"The secret code for the {n['thing']}")
@@ -110,9 +123,10 @@ def evaluate(a, n_tokens, tmp):
             ingest(a.bin, a.model, wmem, part, a.threads)
             w = ask(a.bin, a.model, wmem, q)
             row["in_window"] += n["code"] in w["text"]
-    for p in (mem, mem + ".idx", hay):
-        if os.path.exists(p):
-            os.remove(p)
+    if not a.workdir:
+        for p in (mem, mem + ".idx", hay):
+            if os.path.exists(p):
+                os.remove(p)
     ms = sorted(row["recall_ms"])
     row["recall_ms_median"] = ms[len(ms) // 2] if ms else 0.0
     del row["recall_ms"]
@@ -130,12 +144,18 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--bounds", action="store_true", help="also the in-window and random bounds")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--workdir", help="keep haystacks and memory files here and reuse an "
+                    "earlier ingest of the same length and seed (to try retrieval settings)")
+    ap.add_argument("--extra", default="", help="more flags for `cachefit run`, space-separated")
     ap.add_argument("--min-found", type=int, help="exit 1 if fewer needles are answered")
     a = ap.parse_args()
     if "CACHEFIT_MODELS" in os.environ and not os.path.exists(a.model):
         a.model = os.path.join(os.environ["CACHEFIT_MODELS"], os.path.basename(a.model))
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = a.workdir or scratch
+        if a.workdir:
+            os.makedirs(tmp, exist_ok=True)
         for n in [int(x) for x in a.tokens.split(",")]:
             rows.append(evaluate(a, n, tmp))
             r = rows[-1]

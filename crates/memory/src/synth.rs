@@ -119,7 +119,11 @@ pub fn nth_block(seed: u64, g: &crate::Geometry, i: u64) -> OwnedBlock {
 
 /// A synthetic history for the scale benchmark: random blocks (random
 /// codes, summaries of random normal vectors) with planted "needle" blocks
-/// whose summaries and one token's codes lean toward a per-needle query.
+/// whose summaries and one token's codes lean toward a query, and for each
+/// needle one retrieval's queries as the engine makes them: one per
+/// content token of a prompt, the first aimed at the needle, the others
+/// random (tokens that find nothing in particular), all zero in the slots
+/// that do not search.
 #[derive(Clone, Debug)]
 pub struct HaystackSpec {
     pub tokens: u64,
@@ -130,35 +134,45 @@ pub struct HaystackSpec {
     pub summary_cos: Vec<f32>,
     /// Cosine between the needle token's key and the query.
     pub token_cos: f32,
-    /// Slots (of S) in which a needle shows; the query's other slots are
-    /// random, as uninformative heads would be.
+    /// Slots that search: the first ones (a layout orders its slots by
+    /// retrieval strength); queries are zero in the others.
+    pub search_slots: usize,
+    /// Of the searching slots, how many carry a needle (a random subset
+    /// per needle).
     pub needle_slots: usize,
+    /// Queries per retrieval; the first is aimed at the needle.
+    pub queries_per_retrieval: usize,
     pub seed: u64,
     /// Commit every this many blocks (the caller's fsync policy).
     pub commit_every: u64,
 }
 
 impl Default for HaystackSpec {
+    /// Today's engine: 12 slots kept, the first 8 search, 8 queries per
+    /// retrieval.
     fn default() -> HaystackSpec {
         HaystackSpec {
             tokens: 1 << 20,
             needles_per_strength: 16,
-            summary_cos: vec![0.2, 0.3, 0.4, 0.5],
+            summary_cos: vec![0.1, 0.15, 0.2, 0.3],
             token_cos: 0.6,
-            needle_slots: 12,
+            search_slots: 8,
+            needle_slots: 8,
+            queries_per_retrieval: 8,
             seed: 1,
             commit_every: 64,
         }
     }
 }
 
-/// A planted needle and the query that should find it.
+/// A planted needle and the retrieval that should find it.
 #[derive(Clone, Debug)]
 pub struct Needle {
     pub block: u64,
     pub summary_cos: f32,
-    /// `S × D` floats.
-    pub query: Vec<f32>,
+    /// `queries_per_retrieval` queries of `S × D` floats; the first is
+    /// aimed at the needle.
+    pub queries: Vec<Vec<f32>>,
 }
 
 /// `cos · unit(q) · √D + √(1 − cos²) · r`: a vector whose cosine with `q`
@@ -172,8 +186,8 @@ fn lean(rng: &mut Rng, q: &[f32], cos: f32) -> Vec<f32> {
         .collect()
 }
 
-/// Append the haystack of `spec` to the writer `mf` (SmolLM2-like geometry
-/// or any other), calling `progress(blocks)` now and then.
+/// Append the haystack of `spec` to the writer `mf` (any geometry with at
+/// least `search_slots` slots), calling `progress(blocks)` now and then.
 pub fn write_haystack(
     mf: &mut crate::MemoryFile,
     spec: &HaystackSpec,
@@ -181,6 +195,7 @@ pub fn write_haystack(
 ) -> crate::Result<Vec<Needle>> {
     let g = *mf.geometry();
     let (s_n, d) = (g.slots as usize, g.dims());
+    let searching = spec.search_slots.min(s_n);
     let b = g.block_tokens as u64;
     let blocks = spec.tokens.div_ceil(b);
     let mut rng = Rng::new(spec.seed);
@@ -193,13 +208,20 @@ pub fn write_haystack(
             at.push(x);
         }
     }
+    let query = |rng: &mut Rng| -> Vec<f32> {
+        let mut q: Vec<f32> = (0..s_n * d).map(|_| rng.gauss()).collect();
+        q[searching * d..].fill(0.0);
+        q
+    };
     let mut needles: Vec<Needle> = at
         .iter()
         .enumerate()
         .map(|(i, &block)| Needle {
             block,
             summary_cos: spec.summary_cos[i / spec.needles_per_strength.max(1)],
-            query: (0..s_n * d).map(|_| rng.gauss()).collect(),
+            queries: (0..spec.queries_per_retrieval.max(1))
+                .map(|_| query(&mut rng))
+                .collect(),
         })
         .collect();
     needles.sort_by_key(|n| n.block);
@@ -224,12 +246,15 @@ pub fn write_haystack(
         if next < needles.len() && needles[next].block == i {
             let nd = &needles[next];
             let tok = rng.below(n as u64) as usize;
-            // The needle shows in the first `needle_slots` of a rotation
-            // that differs per needle.
-            let first = rng.below(s_n as u64) as usize;
-            for k in 0..spec.needle_slots.min(s_n) {
-                let s = (first + k) % s_n;
-                let q = &nd.query[s * d..(s + 1) * d];
+            // A random `needle_slots` of the searching slots.
+            let mut slots: Vec<usize> = (0..searching).collect();
+            for k in 0..slots.len() {
+                let j = k + rng.below((slots.len() - k) as u64) as usize;
+                slots.swap(k, j);
+            }
+            slots.truncate(spec.needle_slots.min(searching));
+            for s in slots {
+                let q = &nd.queries[0][s * d..(s + 1) * d];
                 let sum = lean(&mut rng, q, nd.summary_cos);
                 crate::summary::quantize(
                     &sum,

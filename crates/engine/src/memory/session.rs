@@ -49,6 +49,14 @@ const PROBE_CONTEXT: usize = 64;
 /// ms).
 const FINE_CANDIDATES: usize = 512;
 
+fn search_params(k: usize) -> SearchParams {
+    SearchParams {
+        k,
+        fine_candidates: FINE_CANDIDATES,
+        ..SearchParams::default()
+    }
+}
+
 /// Tokens recalled on each side of a found block.
 const MARGIN: usize = 32;
 
@@ -347,12 +355,7 @@ impl MemorySession {
     /// Blocks for the query vectors `queries` (see
     /// [`Layout::query_vectors`]), best first.
     pub fn search(&self, queries: &[f32], k: usize) -> Result<Vec<memory::Hit>, MemoryError> {
-        let params = SearchParams {
-            k,
-            fine_candidates: FINE_CANDIDATES,
-            ..SearchParams::default()
-        };
-        Ok(self.file.search(queries, &params)?.hits)
+        Ok(self.file.search(queries, &search_params(k))?.hits)
     }
 
     /// Search the history beyond sinks and hot for what `prompt` asks
@@ -394,15 +397,22 @@ impl MemorySession {
             let m = index.meta(b as usize);
             m.first_token >= sink_end && m.first_token + m.n_tokens as u64 <= hot_from
         };
-        let mut fused: Vec<(u64, f32)> = Vec::new();
-        let mut queries = Vec::new();
+        // One query per row, all searched in one pass over the index (a
+        // search per row read the index once each: 8 passes a retrieval).
+        let mut queries: Vec<Vec<f32>> = Vec::with_capacity(rows.len());
         for &row in &rows {
+            let mut q = Vec::new();
             self.layout
-                .query_vectors(&[row], |li| &e.queries[li], &mut queries);
+                .query_vectors(&[row], |li| &e.queries[li], &mut q);
             // Only the strongest slots search (the layout's first).
             let d = self.layout.code_dims();
-            queries[self.config.search_slots.min(self.layout.n_slots()) * d..].fill(0.0);
-            let hits = self.search(&queries, PER_ROW)?;
+            q[self.config.search_slots.min(self.layout.n_slots()) * d..].fill(0.0);
+            queries.push(q);
+        }
+        let refs: Vec<&[f32]> = queries.iter().map(|q| q.as_slice()).collect();
+        let results = self.file.search_many(&refs, &search_params(PER_ROW))?;
+        let mut fused: Vec<(u64, f32)> = Vec::new();
+        for hits in results.iter().map(|r| &r.hits) {
             let Some(best) = hits.first() else { continue };
             let mean = hits.iter().map(|h| h.score).sum::<f32>() / hits.len() as f32;
             // Squared: on 10 needles in 128K tokens, the plain gap ranked

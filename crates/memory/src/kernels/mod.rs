@@ -4,17 +4,31 @@
 //! - **LUT scoring** (fine pass): a token's score in a slot is
 //!   `Σ_{bits set} q_i`, read from one 256-entry f32 table per code byte
 //!   ([`lut_tables`]), so a 64-bit code costs 8 loads and 8 adds. The
-//!   caller turns it into `<q, sign(code)> = 2·that − Σ q`. The SIMD twins
-//!   gather 8 (AVX2) or 16 (AVX-512) tokens at once and add the bytes in
-//!   the same order, so they equal the scalar sums bit for bit.
+//!   caller turns it into `<q, sign(code)> = 2·that − Σ q`. The fast
+//!   version scores four tokens at a time with plain loads (four
+//!   independent sums, so their loads overlap), adding each token's bytes
+//!   in the reference's order: it equals the scalar sums bit for bit. On
+//!   this project's machine (AMD Zen 4) it took 0.93 ms for a retrieval's
+//!   8,192 blocks × slots against 1.9–4.6 ms for the plain loop and 3–7
+//!   ms for the AVX2 and AVX-512 gather versions it replaced.
 //! - **Int4 dots** (summary pass): `scale · Σ q_i · (nibble_i − 8)`. The
 //!   SIMD twins sum in another order; tests bound the difference.
+//!   [`int4_sq`] gives `Σ (nibble − 8)²`, the summary's squared norm over
+//!   its scale², exactly (integers).
 //! - **Fast scan** (coarse pass over every block): the sign bits of block
 //!   summaries, transposed so byte `b` of 64 consecutive blocks is one
 //!   64-byte row, are scored by 4-bit lookups (`pshufb`) in u8 tables that
 //!   hold the query's nibble partial sums, summed over the coarse slots in
 //!   u16 lanes. Integer arithmetic: every twin equals the scalar one
 //!   exactly. [`FastScanTables`] quantizes the query so no lane overflows.
+//! - **Threshold bits** (choosing the coarse candidates): which of a run
+//!   of u16 scores reach a floor, as bits, so a scan whose floor is above
+//!   almost every score skips them 32 or 64 at a time.
+//!
+//!   [`fast_scan_many`] scores several queries in one pass: each row of
+//!   sign bits is loaded and split into nibbles once, then looked up in
+//!   every query's tables ([`FastScanBatch`]), so m queries cost one read
+//!   of the index instead of m.
 //!
 //! Self-contained (no dependency on `crates/kernels`) so it can move there.
 
@@ -86,6 +100,30 @@ impl Isa {
     }
 }
 
+/// Ask the CPU to bring `bytes` into its caches without waiting for them:
+/// a pass that visits scattered places (the summaries of candidate
+/// blocks) names the next ones while it works on the current one, so
+/// their memory latencies overlap instead of adding up.
+pub fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // Every 64th byte and the last: each cache line `bytes` touches.
+        let last = bytes.len().saturating_sub(1);
+        for i in (0..bytes.len())
+            .step_by(64)
+            .chain((!bytes.is_empty()).then_some(last))
+        {
+            // SAFETY: i < bytes.len(), so the address is inside `bytes`;
+            // a prefetch is a hint that never faults and changes no state
+            // the program can see.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().add(i) as *const i8) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
 /// Fill `tables` (`q.len() / 8` tables of 256) so that entry `[b][v]` is
 /// `Σ_{bit j set in v} q[8b + j]`.
 pub fn lut_tables(q: &[f32], tables: &mut [f32]) {
@@ -103,7 +141,9 @@ pub fn lut_tables(q: &[f32], tables: &mut [f32]) {
 }
 
 /// `out[t] = Σ_b tables[b][codes[t·cb + b]]` for the `out.len()` tokens of
-/// one slot, `cb = tables.len() / 256`.
+/// one slot, `cb = tables.len() / 256`. [`Isa::Scalar`] runs the plain
+/// reference; every other set the four-token loop (no SIMD: gathers lost
+/// to plain loads, see the module doc).
 pub fn lut_scores(isa: Isa, tables: &[f32], codes: &[u8], out: &mut [f32]) {
     let cb = tables.len() / 256;
     assert!(cb > 0 && tables.len() == cb * 256);
@@ -113,19 +153,28 @@ pub fn lut_scores(isa: Isa, tables: &[f32], codes: &[u8], out: &mut [f32]) {
         "codes must be tokens × code bytes"
     );
     match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if isa.is_supported() => {
-            // SAFETY: AVX-512 F/BW support was just checked; the lengths
-            // were asserted above, as the kernel requires.
-            unsafe { x86::lut_scores_avx512(tables, codes, out) }
-        }
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512 if Isa::Avx2.is_supported() => {
-            // SAFETY: AVX2 support was just checked; lengths as above.
-            unsafe { x86::lut_scores_avx2(tables, codes, out) }
-        }
-        _ => scalar::lut_scores(tables, codes, out),
+        Isa::Scalar => scalar::lut_scores(tables, codes, out),
+        _ => lut_scores_by_four(tables, codes, out),
     }
+}
+
+/// [`scalar::lut_scores`] for four tokens at once: the same additions per
+/// token in the same order, interleaved so that four chains of loads and
+/// adds are in flight instead of one.
+fn lut_scores_by_four(tables: &[f32], codes: &[u8], out: &mut [f32]) {
+    let cb = tables.len() / 256;
+    let mut quads = codes.chunks_exact(4 * cb);
+    let mut outs = out.chunks_exact_mut(4);
+    for (c, o) in (&mut quads).zip(&mut outs) {
+        let mut s = [0f32; 4];
+        for (b, t) in tables.chunks_exact(256).enumerate() {
+            for (i, si) in s.iter_mut().enumerate() {
+                *si += t[c[i * cb + b] as usize];
+            }
+        }
+        o.copy_from_slice(&s);
+    }
+    scalar::lut_scores(tables, quads.remainder(), outs.into_remainder());
 }
 
 /// `out[i] = scale_i · Σ_d q[d] · (nibble_{i,d} − 8)` for `out.len()`
@@ -149,6 +198,21 @@ pub fn int4_dots(isa: Isa, q: &[f32], summaries: &[u8], stride: usize, out: &mut
             }
             _ => scalar::int4_dot(q, s),
         };
+    }
+}
+
+/// `Σ_d (nibble_d − 8)²` of one summary `s` (f16 scale, then nibbles):
+/// its squared norm in units of its scale.
+pub fn int4_sq(isa: Isa, s: &[u8]) -> u32 {
+    assert!(s.len() >= 2);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 if Isa::Avx2.is_supported() => {
+            // SAFETY: AVX2 support was just checked; the kernel reads
+            // only `s`.
+            unsafe { x86::int4_sq_avx2(s) }
+        }
+        _ => scalar::int4_sq(s),
     }
 }
 
@@ -245,5 +309,93 @@ pub fn fast_scan(isa: Isa, t: &FastScanTables, slots: &[&[u8]], out: &mut [u16])
             unsafe { x86::fast_scan_avx2(t, slots, out) }
         }
         _ => scalar::fast_scan(t, slots, out),
+    }
+}
+
+/// Several queries' fast-scan tables over the same coarse slots, laid
+/// `[slot][code byte][query][lo 16 | hi 16]`: the lookups of one row of
+/// sign bits for every query read one contiguous run of tables. A query
+/// without a slot has zero tables there (adds nothing).
+#[derive(Clone, Debug)]
+pub struct FastScanBatch {
+    pub tables: Vec<u8>,
+    pub queries: usize,
+    pub slots: usize,
+    pub code_bytes: usize,
+}
+
+impl FastScanBatch {
+    /// All tables zero.
+    pub fn new(queries: usize, slots: usize, code_bytes: usize) -> FastScanBatch {
+        FastScanBatch {
+            tables: vec![0; slots * code_bytes * queries * 32],
+            queries,
+            slots,
+            code_bytes,
+        }
+    }
+
+    /// Query `query`'s tables for batch slot `slot`: slot `from` of `t`.
+    pub fn set(&mut self, query: usize, slot: usize, t: &FastScanTables, from: usize) {
+        let cb = self.code_bytes;
+        assert_eq!(t.code_bytes, cb, "tables for another code size");
+        assert!(query < self.queries && slot < self.slots && from < t.n_slots());
+        for b in 0..cb {
+            let src = &t.tables[(from * cb + b) * 32..][..32];
+            let at = ((slot * cb + b) * self.queries + query) * 32;
+            self.tables[at..at + 32].copy_from_slice(src);
+        }
+    }
+}
+
+/// [`fast_scan`] for every query of `t` at once. `slots` as there (one
+/// per batch slot); `out` is `[query][groups · GROUP]`, query `q`'s sums
+/// equal to what [`fast_scan`] gives with its own tables.
+pub fn fast_scan_many(isa: Isa, t: &FastScanBatch, slots: &[&[u8]], out: &mut [u16]) {
+    assert_eq!(slots.len(), t.slots);
+    assert_eq!(t.tables.len(), t.slots * t.code_bytes * t.queries * 32);
+    if t.queries == 0 {
+        assert!(out.is_empty());
+        return;
+    }
+    assert_eq!(out.len() % (t.queries * GROUP), 0);
+    let per_query = out.len() / t.queries;
+    let need = per_query / GROUP * t.code_bytes * GROUP;
+    assert!(slots.iter().all(|s| s.len() >= need));
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if isa.is_supported() => {
+            // SAFETY: AVX-512 BW support was just checked; every slot holds
+            // one whole group per GROUP outputs of a query, the tables
+            // match the batch's shape (asserted above).
+            unsafe { x86::fast_scan_many_avx512(t, slots, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 if Isa::Avx2.is_supported() => {
+            // SAFETY: AVX2 support was just checked; sizes as above.
+            unsafe { x86::fast_scan_many_avx2(t, slots, out) }
+        }
+        _ => scalar::fast_scan_many(t, slots, out),
+    }
+}
+
+/// Bit `i % 64` of `bits[i / 64]` set when `scores[i] >= floor`; bits
+/// past the end of `scores` clear. `bits.len()` is `scores.len()` / 64
+/// rounded up.
+pub fn at_least(isa: Isa, scores: &[u16], floor: u16, bits: &mut [u64]) {
+    assert_eq!(bits.len(), scores.len().div_ceil(64));
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if isa.is_supported() => {
+            // SAFETY: AVX-512 BW support was just checked; bits holds a
+            // word per 64 scores (asserted above).
+            unsafe { x86::at_least_avx512(scores, floor, bits) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 if Isa::Avx2.is_supported() => {
+            // SAFETY: AVX2 support was just checked; sizes as above.
+            unsafe { x86::at_least_avx2(scores, floor, bits) }
+        }
+        _ => scalar::at_least(scores, floor, bits),
     }
 }

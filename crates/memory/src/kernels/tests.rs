@@ -189,3 +189,134 @@ fn fast_scan_tables_never_overflow_u16() {
     assert!(total <= 65535, "max total {total}");
     assert!(t.tables.iter().all(|&v| v <= 127));
 }
+
+/// A batch of queries, each with tables for some of the batch's slots
+/// only (zero elsewhere, as a zero query slot is): every twin equals the
+/// scalar batch, and each query's sums equal a single-query scan with its
+/// own tables over its own slots.
+#[test]
+fn fast_scan_many_matches_single_scans_and_scalar() {
+    let mut r = Rng::new(6);
+    for (n_slots, cb) in [(1usize, 1usize), (3, 2), (8, 8), (12, 8), (5, 9)] {
+        for groups in [1usize, 2, 7, 17] {
+            let data: Vec<Vec<u8>> = (0..n_slots)
+                .map(|_| {
+                    (0..groups * cb * GROUP + 5)
+                        .map(|_| r.next() as u8)
+                        .collect()
+                })
+                .collect();
+            let streams: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+            for m in [0usize, 1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17] {
+                let mut batch = FastScanBatch::new(m, n_slots, cb);
+                let mut single = Vec::new();
+                for q in 0..m {
+                    // Slots of this query: all, or a random subset (query
+                    // 0 has all, some have none).
+                    let own: Vec<usize> = (0..n_slots)
+                        .filter(|_| q == 0 || !r.next().is_multiple_of(3))
+                        .collect();
+                    let qs: Vec<Vec<f32>> = own.iter().map(|_| rand_q(&mut r, cb * 8)).collect();
+                    let qrefs: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
+                    let w: Vec<f32> = qs
+                        .iter()
+                        .map(|q| 1.0 / q.iter().map(|v| v * v).sum::<f32>().sqrt())
+                        .collect();
+                    let t = FastScanTables::new(&qrefs, &w);
+                    for (i, &s) in own.iter().enumerate() {
+                        batch.set(q, s, &t, i);
+                    }
+                    let own_streams: Vec<&[u8]> = own.iter().map(|&s| streams[s]).collect();
+                    let mut want = vec![0u16; groups * GROUP];
+                    if !own.is_empty() {
+                        scalar::fast_scan(&t, &own_streams, &mut want);
+                    }
+                    single.extend(want);
+                }
+                let mut want = vec![7u16; m * groups * GROUP];
+                scalar::fast_scan_many(&batch, &streams, &mut want);
+                assert_eq!(
+                    want, single,
+                    "scalar batch, {n_slots} slots cb {cb} groups {groups} m {m}"
+                );
+                for isa in Isa::supported() {
+                    let mut got = vec![1u16; m * groups * GROUP];
+                    fast_scan_many(isa, &batch, &streams, &mut got);
+                    assert_eq!(
+                        got,
+                        want,
+                        "{} slots {n_slots} cb {cb} groups {groups} m {m}",
+                        isa.name()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Table entries up to 255 (beyond what [`FastScanTables`] makes) wrap
+/// the byte sums alike in every twin: the kernels agree on any tables.
+#[test]
+fn fast_scan_many_twins_agree_on_any_tables() {
+    let mut r = Rng::new(7);
+    let (n_slots, cb, groups, m) = (4usize, 3usize, 3usize, 11usize);
+    let data: Vec<Vec<u8>> = (0..n_slots)
+        .map(|_| (0..groups * cb * GROUP).map(|_| r.next() as u8).collect())
+        .collect();
+    let streams: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+    let mut batch = FastScanBatch::new(m, n_slots, cb);
+    r.fill(&mut batch.tables);
+    let mut want = vec![0u16; m * groups * GROUP];
+    scalar::fast_scan_many(&batch, &streams, &mut want);
+    for isa in Isa::supported() {
+        let mut got = vec![0u16; m * groups * GROUP];
+        fast_scan_many(isa, &batch, &streams, &mut got);
+        assert_eq!(got, want, "{}", isa.name());
+    }
+}
+
+#[test]
+fn at_least_bits_match_scalar_and_the_definition() {
+    let mut r = Rng::new(8);
+    for n in [
+        0usize, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1024, 1031,
+    ] {
+        for spread in [2u64, 300, 65536] {
+            let scores: Vec<u16> = (0..n).map(|_| r.below(spread) as u16).collect();
+            for floor in [0u16, 1, r.below(spread) as u16, 65535] {
+                let words = n.div_ceil(64);
+                let mut want = vec![!0u64; words];
+                scalar::at_least(&scores, floor, &mut want);
+                for (i, &s) in scores.iter().enumerate() {
+                    assert_eq!(want[i / 64] >> (i % 64) & 1 == 1, s >= floor, "score {i}");
+                }
+                if n % 64 != 0 {
+                    assert_eq!(want[words - 1] >> (n % 64), 0, "bits past the end");
+                }
+                for isa in Isa::supported() {
+                    let mut got = vec![!0u64; words];
+                    at_least(isa, &scores, floor, &mut got);
+                    assert_eq!(got, want, "{} n {n} floor {floor}", isa.name());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn int4_sq_matches_scalar_and_the_definition() {
+    let mut r = Rng::new(9);
+    for d in [0usize, 2, 6, 30, 32, 34, 64, 66, 128, 130] {
+        for _ in 0..20 {
+            let mut s = vec![0u8; d / 2 + 2];
+            r.fill(&mut s);
+            let want: u32 = crate::format::summary::values(&s)
+                .map(|v| (v as i32 * v as i32) as u32)
+                .sum();
+            assert_eq!(scalar::int4_sq(&s), want, "d {d}");
+            for isa in Isa::supported() {
+                assert_eq!(int4_sq(isa, &s), want, "{} d {d}", isa.name());
+            }
+        }
+    }
+}

@@ -16,12 +16,21 @@
 //! Fusion of per-slot scores: [`Fusion::ZSum`] (each slot's score over its
 //! standard deviation under random codes, summed) or [`Fusion::Rrf`]
 //! (reciprocal ranks among the candidates).
+//!
+//! [`MemoryFile::search`] is one query, written plainly; `many` runs
+//! several through each tier at once ([`MemoryFile::search_many`]) and is
+//! tested to give each one's result exactly.
 
 use crate::error::{Error, Result};
 use crate::index::{Index, TILE_GROUPS};
 use crate::kernels::{self, FastScanTables, Isa, GROUP};
 use crate::store::MemoryFile;
 use std::time::{Duration, Instant};
+
+mod many;
+#[cfg(test)]
+mod tests;
+mod top;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Fusion {
@@ -138,7 +147,8 @@ impl<'a> Queries<'a> {
         self.norms[s]
     }
 
-    fn active(&self) -> impl Iterator<Item = usize> + '_ {
+    /// Slots whose query is not zero: the only ones any tier scores.
+    pub fn active(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.norms.len()).filter(|&s| self.norms[s] > 0.0)
     }
 }
@@ -243,22 +253,45 @@ fn top_u16(scores: &[u16], c: usize) -> Vec<u64> {
     out
 }
 
-/// Σ of the squared int4 values a nibble byte holds.
-static SQUARES: [u8; 256] = {
-    let mut t = [0u8; 256];
-    let mut b = 0;
-    while b < 256 {
-        let (lo, hi) = ((b & 15) as i32 - 8, (b >> 4) as i32 - 8);
-        t[b] = (lo * lo + hi * hi) as u8;
-        b += 1;
-    }
-    t
-};
-
 /// Per-slot int4 summary scores of `block`, as z-scores: the cosine of
 /// query and summary times √D (its standard deviation for random vectors is
 /// 1/√D).
 pub fn summary_scores(index: &Index, queries: &Queries, block: usize, isa: Isa) -> Vec<f32> {
+    let mut norms = SummaryNorms::new(index.geometry().slots as usize);
+    summary_scores_with(index, queries, block, isa, &mut norms)
+}
+
+/// The norms of one block's summaries, per slot, computed when first
+/// asked for: queries that score the same block share them.
+pub(crate) struct SummaryNorms(Vec<Option<f32>>);
+
+impl SummaryNorms {
+    pub(crate) fn new(slots: usize) -> SummaryNorms {
+        SummaryNorms(vec![None; slots])
+    }
+
+    /// For another block.
+    pub(crate) fn clear(&mut self) {
+        self.0.fill(None);
+    }
+
+    fn get(&mut self, s: usize, sum: &[u8], isa: Isa) -> f32 {
+        *self.0[s].get_or_insert_with(|| {
+            let sq = kernels::int4_sq(isa, sum);
+            crate::format::summary::scale(sum) * (sq as f32).sqrt()
+        })
+    }
+}
+
+/// [`summary_scores`] with norms from `norms` (which must be this
+/// block's).
+pub(crate) fn summary_scores_with(
+    index: &Index,
+    queries: &Queries,
+    block: usize,
+    isa: Isa,
+    norms: &mut SummaryNorms,
+) -> Vec<f32> {
     let g = index.geometry();
     let sb = g.summary_bytes();
     let sums = index.summaries(block);
@@ -268,8 +301,7 @@ pub fn summary_scores(index: &Index, queries: &Queries, block: usize, isa: Isa) 
     for s in queries.active() {
         let sum = &sums[s * sb..(s + 1) * sb];
         kernels::int4_dots(isa, queries.slot(s), sum, sb, &mut one);
-        let sq: u32 = sum[2..].iter().map(|&b| SQUARES[b as usize] as u32).sum();
-        let norm = crate::format::summary::scale(sum) * (sq as f32).sqrt();
+        let norm = norms.get(s, sum, isa);
         if norm > 0.0 {
             out[s] = one[0] / (queries.norm(s) * norm) * sqrt_d;
         }
@@ -308,25 +340,57 @@ pub fn fine_scores(
     isa: Isa,
     buf: &mut Vec<u8>,
 ) -> Result<Vec<f32>> {
-    let g = *mf.geometry();
     mf.read_record(block, buf)?;
-    let n = mf.index().meta(block as usize).n_tokens as usize;
-    let parts = g.payload_parts(n);
-    let codes = &buf[crate::format::RECORD_HEADER + parts.codes..];
-    let len = n * g.code_bytes as usize;
-    let mut tok = vec![0f32; n];
-    let mut out = vec![0f32; g.slots as usize];
+    Ok(fine_scores_of(mf, queries, tables, block, isa, buf))
+}
+
+/// [`fine_scores`] of a record already read into `record`.
+pub(crate) fn fine_scores_of(
+    mf: &MemoryFile,
+    queries: &Queries,
+    tables: &FineTables,
+    block: u64,
+    isa: Isa,
+    record: &[u8],
+) -> Vec<f32> {
+    let mut tok = Vec::new();
+    let mut out = vec![0f32; mf.geometry().slots as usize];
     for s in queries.active() {
-        kernels::lut_scores(
-            isa,
-            &tables.tables[s],
-            &codes[s * len..(s + 1) * len],
-            &mut tok,
-        );
-        let best = tok.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        out[s] = (2.0 * best - tables.sums[s]) / queries.norm(s);
+        let codes = record_codes(mf, block, record, s);
+        out[s] = fine_slot_score(queries, tables, s, codes, isa, &mut tok);
     }
-    Ok(out)
+    out
+}
+
+/// Slot `s`'s codes in `record` (block `block`'s record, header first).
+pub(crate) fn record_codes<'r>(
+    mf: &MemoryFile,
+    block: u64,
+    record: &'r [u8],
+    s: usize,
+) -> &'r [u8] {
+    let g = mf.geometry();
+    let n = mf.index().meta(block as usize).n_tokens as usize;
+    let at = crate::format::RECORD_HEADER + g.payload_parts(n).codes;
+    let len = n * g.code_bytes as usize;
+    &record[at + s * len..at + (s + 1) * len]
+}
+
+/// One slot's fine score of a block with slot codes `codes`: its best
+/// token's `<q, sign(code)>` over ‖q‖. `tok` is scratch.
+pub(crate) fn fine_slot_score(
+    queries: &Queries,
+    tables: &FineTables,
+    s: usize,
+    codes: &[u8],
+    isa: Isa,
+    tok: &mut Vec<f32>,
+) -> f32 {
+    let cb = tables.tables[s].len() / 256;
+    tok.resize(codes.len() / cb, 0.0);
+    kernels::lut_scores(isa, &tables.tables[s], codes, tok);
+    let best = tok.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    (2.0 * best - tables.sums[s]) / queries.norm(s)
 }
 
 /// Fuse per-slot scores of candidates into one score each.
@@ -351,7 +415,7 @@ pub fn fuse(rows: &[SlotScores], fusion: Fusion) -> Vec<f32> {
     }
 }
 
-fn best(rows: &[SlotScores], fused: &[f32], n: usize) -> Vec<Hit> {
+pub(crate) fn best(rows: &[SlotScores], fused: &[f32], n: usize) -> Vec<Hit> {
     let mut hits: Vec<Hit> = rows
         .iter()
         .zip(fused)
@@ -428,27 +492,40 @@ impl MemoryFile {
 
 /// `f` over `items` in order, split into `threads` contiguous chunks run
 /// on scoped threads (one thread: no spawn).
-fn par_map<T: Sync, R: Send>(
+pub(crate) fn par_map<T: Sync, R: Send>(
     items: &[T],
     threads: usize,
     f: impl Fn(&T) -> Result<R> + Sync,
 ) -> Result<Vec<R>> {
+    par_chunks(items, threads, |chunk| chunk.iter().map(&f).collect())
+}
+
+/// `f` over `threads` contiguous chunks of `items`, the first on this
+/// thread and the others on scoped threads; the results joined in order.
+/// Few items stay on one thread (a spawn costs more than they do).
+pub(crate) fn par_chunks<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&[T]) -> Result<Vec<R>> + Sync,
+) -> Result<Vec<R>> {
     if threads <= 1 || items.len() < 2 * threads {
-        return items.iter().map(&f).collect();
+        return f(items);
     }
     let per = items.len().div_ceil(threads);
     let parts: Vec<Result<Vec<R>>> = std::thread::scope(|sc| {
+        let f = &f;
         let handles: Vec<_> = items
             .chunks(per)
-            .map(|chunk| {
-                let f = &f;
-                sc.spawn(move || chunk.iter().map(f).collect::<Result<Vec<R>>>())
-            })
+            .skip(1)
+            .map(|chunk| sc.spawn(move || f(chunk)))
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("search thread panicked"))
-            .collect()
+        let mut parts = vec![f(&items[..per])];
+        parts.extend(
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("search thread panicked")),
+        );
+        parts
     });
     let mut out = Vec::with_capacity(items.len());
     for p in parts {

@@ -123,18 +123,15 @@ pub fn run(args: Args) -> Result<()> {
         .map(|_| engine::memory::fingerprint(&opened.file, vocab));
     let threads = pools.decode().n_threads();
     let model = super::generate::bind(&opened, &args.model)?;
-    let memory = match (&args.memory, fingerprint) {
-        (Some(path), Some(fp)) => Some(super::memory::session_for(
-            path,
-            &opened,
-            &model,
-            fp,
-            threads,
-            memory::Mode::Write,
-            args.mem.config(),
-        )?),
-        _ => None,
-    };
+    let memory = super::memory::session_for(
+        args.memory.as_deref(),
+        fingerprint,
+        &opened,
+        &model,
+        threads,
+        memory::Mode::Write,
+        args.mem.config(),
+    )?;
     let local = Local::new(&opened, &model, &opts, pools)?;
     eprintln!(
         "cachefit: {} ({}, {} layers), ctx {n_ctx}, {} KV cache, batch {}, {}, kernels {}",

@@ -108,18 +108,15 @@ pub fn run(args: Args) -> Result<()> {
             tokens.len()
         );
     }
-    let memory = match (&args.memory, fingerprint) {
-        (Some(path), Some(fp)) => Some(super::memory::session_for(
-            path,
-            &opened,
-            &model,
-            fp,
-            threads,
-            memory::Mode::Read,
-            args.mem.config(),
-        )?),
-        _ => None,
-    };
+    let memory = super::memory::session_for(
+        args.memory.as_deref(),
+        fingerprint,
+        &opened,
+        &model,
+        threads,
+        memory::Mode::Read,
+        args.mem.config(),
+    )?;
     let n_prompt = tokens.len();
     if args.verbose_prompt {
         let text = vocab.decode_with(

@@ -74,18 +74,23 @@ impl MemoryArgs {
     }
 }
 
-/// A memory session for a job: the file at `path` opened for `model`, or
-/// (writers only) made for it, measuring its layout with an encoder of
-/// `threads` threads that lives only that long.
+/// The memory session of a job given `--memory PATH` (none without it):
+/// the file opened for `model`, or (writers only) made for it, measuring
+/// its layout with an encoder of `threads` threads that lives only that
+/// long. `fingerprint` is the model's, hashed before the weights were
+/// bound (binding may release pages the hash would read again).
 pub fn session_for(
-    path: &Path,
+    path: Option<&Path>,
+    fingerprint: Option<[u8; 32]>,
     opened: &Opened,
     model: &model::Model<'_>,
-    fingerprint: [u8; 32],
     threads: usize,
     mode: memory::Mode,
     config: MemoryConfig,
-) -> Result<std::sync::Arc<std::sync::Mutex<MemorySession>>> {
+) -> Result<Option<std::sync::Arc<std::sync::Mutex<MemorySession>>>> {
+    let (Some(path), Some(fingerprint)) = (path, fingerprint) else {
+        return Ok(None);
+    };
     let session = if path.exists() {
         let shape = engine::memory::HeadShape::of(&opened.cfg);
         MemorySession::open(path, fingerprint, shape, mode, config)?
@@ -94,7 +99,7 @@ pub fn session_for(
             engine::memory::ModelEncoder::new(model, kernels::pool::ThreadPool::new(threads))?;
         open_session(path, opened, fingerprint, &mut enc, mode, config)?
     };
-    Ok(std::sync::Arc::new(std::sync::Mutex::new(session)))
+    Ok(Some(std::sync::Arc::new(std::sync::Mutex::new(session))))
 }
 
 /// Open the memory file at `path` for `opened`'s model (`fingerprint`),

@@ -18,6 +18,10 @@
 # model's memory).
 #   scripts/bench-vs-llamacpp.sh                 # SmolLM2 Q4_1, Q8_0, Q4_0, Q4_K_M; -t 1,2
 #   MODELS="Q4_1" THREADS="2" ROUNDS=3 REPS=2 scripts/bench-vs-llamacpp.sh
+#   BASELINE=/path/to/older/cachefit scripts/bench-vs-llamacpp.sh
+# BASELINE adds an older cachefit binary to every round, and a before/after
+# table (median over rounds of now/before) for changes that must not slow
+# anything down.
 # Writes target/bench-vs-llamacpp/{raw.jsonl,rss.tsv,table.md}; paste the
 # table into docs/PERFORMANCE.md with the date, CPU and this command line.
 set -euo pipefail
@@ -78,6 +82,9 @@ run_all() { # model threads args...: every tool, ROUNDS rounds
         fi
         run_one "llama.cpp plain" "$r" "$plain_build/bin/llama-bench" -m "$m" -t "$t" -r "$reps" "$@"
         run_one cachefit "$r" "$cf" bench -m "$m" -t "$t" -r "$reps" "$@"
+        if [ -n "${BASELINE:-}" ]; then
+            run_one "cachefit before" "$r" "$BASELINE" bench -m "$m" -t "$t" -r "$reps" "$@"
+        fi
     done
 }
 rss_kb() { # command...: peak RSS in KiB
@@ -148,5 +155,15 @@ for line in open(sys.argv[2]):
     name, a, p, c = line.split()
     a, p, c = (int(x) / 1024 for x in (a, p, c))
     print(f"| {name} | {f'{a:.0f}' if a else 'n/a'} | {p:.0f} | {c:.0f} | {c / p:.2f} |")
+if any("cachefit before" in t for t in by.values()):
+    print()
+    print("cachefit now against BASELINE, in the same rounds:")
+    print()
+    print("| model | threads | test | before t/s | now t/s | now / before | rounds |")
+    print("|---|---:|---|---:|---:|---:|---|")
+    for k in sorted(by):
+        b, c = by[k].get("cachefit before", {}), by[k].get("cachefit", {})
+        rounds = ", ".join(f"{c[i]['avg_ts'] / b[i]['avg_ts']:.2f}" for i in sorted(set(b) & set(c)))
+        print(f"| {k[0]} | {k[1]} | {k[2]} | {stats(b)} | {stats(c)} | {show(ratio(b, c))} | {rounds} |")
 PY
 cat "$out/table.md"

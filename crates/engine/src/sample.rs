@@ -239,12 +239,18 @@ impl Sampler {
         self.try_sample(logits).unwrap_or(0)
     }
 
+    /// Greedy with no penalties: the pick is the plain argmax, and the
+    /// logits are not modified.
+    pub fn is_plain_greedy(&self) -> bool {
+        self.config.temp <= 0.0 && !self.config.penalties_enabled()
+    }
+
     /// [`Sampler::sample`] on logits the caller keeps: copied into
     /// `scratch` only when the chain would modify them (penalties, or any
     /// sampling but plain greedy). A server samples every slot's row this
     /// way without a 4096-float copy per token.
     pub fn sample_from(&mut self, logits: &[f32], scratch: &mut Vec<f32>) -> u32 {
-        if self.config.temp <= 0.0 && !self.config.penalties_enabled() {
+        if self.is_plain_greedy() {
             self.cands.clear();
             return argmax(logits).unwrap_or(0);
         }

@@ -11,7 +11,6 @@
 use chat::{ChatTemplate, Message};
 use engine::memory::{HeadShape, KeyEncoder, MemoryConfig, MemorySession, ModelEncoder};
 use kernels::pool::ThreadPool;
-use memory::SearchParams;
 use model::{Model, ModelConfig};
 
 fn main() {
@@ -84,10 +83,8 @@ fn main() {
     let template =
         ChatTemplate::from_gguf(file.metadata(), text(vocab.bos()), text(vocab.eos())).unwrap();
     let (mut pairs, mut in_coarse, mut in_summary, mut in_top) = (0, 0, 0, 0);
-    let params = SearchParams {
-        k,
-        ..SearchParams::default()
-    };
+    // The engine's own search settings (its fine-pass candidates).
+    let params = engine::memory::session::search_params(k);
     for n in needles.as_array().unwrap() {
         let q = format!(
             "What is the secret code for the {}?",

@@ -49,7 +49,8 @@ const PROBE_CONTEXT: usize = 64;
 /// ms).
 const FINE_CANDIDATES: usize = 512;
 
-fn search_params(k: usize) -> SearchParams {
+/// The store's search settings a recall uses, for `k` blocks per query.
+pub fn search_params(k: usize) -> SearchParams {
     SearchParams {
         k,
         fine_candidates: FINE_CANDIDATES,

@@ -93,7 +93,9 @@ def evaluate(a, n_tokens, tmp):
                 json.dump(ing, f)
     row = {"tokens": ing["tokens"], "needles": len(needles), "found": 0, "hit": 0,
            "ingest_tokens_per_second": ing["tokens_per_second"],
-           "bytes_per_token": ing["bytes_per_token"], "recall_ms": [], "misses": []}
+           "bytes_per_token": ing["bytes_per_token"], "recall_ms": [], "misses": [],
+           # For crates/engine/examples/memory_proxy.rs (its NEEDLES.json).
+           "needle_list": [{"thing": n["thing"], "code": n["code"]} for n in needles]}
     if a.bounds:
         row.update({"in_window": 0, "random": 0})
     for n in needles:

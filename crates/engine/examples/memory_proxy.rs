@@ -84,7 +84,7 @@ fn main() {
         ChatTemplate::from_gguf(file.metadata(), text(vocab.bos()), text(vocab.eos())).unwrap();
     let (mut pairs, mut in_coarse, mut in_summary, mut in_top) = (0, 0, 0, 0);
     // The engine's own search settings (its fine-pass candidates).
-    let params = engine::memory::session::search_params(k);
+    let params = engine::memory::session::search_params(k, s.file().len_blocks() as usize);
     for n in needles.as_array().unwrap() {
         let q = format!(
             "What is the secret code for the {}?",

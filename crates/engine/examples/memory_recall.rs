@@ -96,11 +96,23 @@ fn main() {
                 let mut qv = Vec::new();
                 s.layout()
                     .query_vectors(&[row], |li| &e.queries[li], &mut qv);
-                let top = s.search(&qv, 32).unwrap();
-                let rk = top.iter().position(|h| want.contains(&h.block));
+                // The engine's search of this row alone (searching slots
+                // only), with the tiers' candidate counts from COARSE and
+                // FINE when set: which tier lost the needle's block.
+                let d = s.layout().code_dims();
+                qv[config.search_slots.min(s.layout().n_slots()) * d..].fill(0.0);
+                let mut p = engine::memory::session::search_params(32, n_blocks as usize);
+                let env = |k: &str| std::env::var(k).ok().map(|v| v.parse::<usize>().unwrap());
+                p.coarse_candidates = env("COARSE").unwrap_or(p.coarse_candidates);
+                p.fine_candidates = env("FINE").unwrap_or(p.fine_candidates);
+                let res = s.file().search(&qv, &p).unwrap();
+                let coarse = res.coarse.iter().any(|b| want.contains(b));
+                let summary = res.fine.iter().any(|f| want.contains(&f.block));
+                let rk = res.hits.iter().position(|h| want.contains(&h.block));
                 println!(
-                    "   token {row:2} {:?} rank {rk:?}",
-                    vocab.decode(&prompt[row..row + 1])
+                    "   token {row:2} {:?} coarse {coarse} summary {summary} rank {rk:?} ({:.1} ms)",
+                    vocab.decode(&prompt[row..row + 1]),
+                    (res.timings.coarse + res.timings.summary + res.timings.fine).as_secs_f64() * 1e3
                 );
             }
         }

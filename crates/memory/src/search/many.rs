@@ -20,8 +20,8 @@
 
 use super::top::TopScores;
 use super::{
-    best, fine_slot_score, fuse, par_chunks, record_codes, summary_scores_with, FineTables,
-    Queries, SearchParams, SearchResult, SlotScores, SummaryNorms, Timings,
+    best, every_block, fine_slot_score, fuse, par_chunks, record_codes, summary_scores_with,
+    FineTables, Queries, SearchParams, SearchResult, SlotScores, SummaryNorms, Timings,
 };
 use crate::error::{Error, Result};
 use crate::index::{Index, TILE_GROUPS};
@@ -73,11 +73,16 @@ impl MemoryFile {
         timings.coarse = t0.elapsed();
 
         let t1 = Instant::now();
-        let summary = summary_many(index, &qs, &coarse, threads, isa)?;
-        let fine_in: Vec<Vec<super::Hit>> = summary
-            .iter()
-            .map(|rows| best(rows, &fuse(rows, p.fusion), p.fine_candidates.max(p.k)))
-            .collect();
+        let (summary, fine_in) = if p.fine_candidates >= index.len() {
+            (vec![Vec::new(); m], vec![every_block(index.len()); m])
+        } else {
+            let summary = summary_many(index, &qs, &coarse, threads, isa)?;
+            let fine_in: Vec<Vec<super::Hit>> = summary
+                .iter()
+                .map(|rows| best(rows, &fuse(rows, p.fusion), p.fine_candidates.max(p.k)))
+                .collect();
+            (summary, fine_in)
+        };
         timings.summary = t1.elapsed();
 
         let t2 = Instant::now();

@@ -8,7 +8,9 @@
 //!    threads; the best `coarse_candidates` go on. Skipped when the whole
 //!    history is that small.
 //! 2. **Summary**: the int4 summaries of those candidates, every slot,
-//!    per-slot scores fused; the best `fine_candidates` go on.
+//!    per-slot scores fused; the best `fine_candidates` go on. Skipped
+//!    when `fine_candidates` covers the whole history (every block is
+//!    scored token by token).
 //! 3. **Fine**: the candidates' codes, read from the file (checksummed),
 //!    scored per token by byte lookup tables; a block's score per slot is
 //!    its best token's; fused into the top `k`.
@@ -459,14 +461,20 @@ impl MemoryFile {
 
         let t1 = Instant::now();
         let threads = p.threads.max(1);
-        res.summary = par_map(&res.coarse, threads, |&b| {
-            Ok(SlotScores {
-                block: b,
-                scores: summary_scores(index, &q, b as usize, isa),
-            })
-        })?;
-        let fused = fuse(&res.summary, p.fusion);
-        let fine_in = best(&res.summary, &fused, p.fine_candidates.max(p.k));
+        let fine_in = if p.fine_candidates >= index.len() {
+            // Every block goes to the fine pass: summaries would only
+            // order them.
+            every_block(index.len())
+        } else {
+            res.summary = par_map(&res.coarse, threads, |&b| {
+                Ok(SlotScores {
+                    block: b,
+                    scores: summary_scores(index, &q, b as usize, isa),
+                })
+            })?;
+            let fused = fuse(&res.summary, p.fusion);
+            best(&res.summary, &fused, p.fine_candidates.max(p.k))
+        };
         res.timings.summary = t1.elapsed();
 
         let t2 = Instant::now();
@@ -488,6 +496,13 @@ impl MemoryFile {
         res.timings.fine = t2.elapsed();
         Ok(res)
     }
+}
+
+/// Every block of a history of `n`, as fine-pass candidates.
+pub(crate) fn every_block(n: usize) -> Vec<Hit> {
+    (0..n as u64)
+        .map(|block| Hit { block, score: 0.0 })
+        .collect()
 }
 
 /// `f` over `items` in order, split into `threads` contiguous chunks run

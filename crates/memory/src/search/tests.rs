@@ -165,6 +165,11 @@ fn a_batch_equals_one_search_per_query() {
             k: 3,
             ..base.clone()
         },
+        // Every block to the fine pass: the summary tier skipped too.
+        SearchParams {
+            fine_candidates: 3000,
+            ..base.clone()
+        },
     ];
     for (vi, p) in variants.iter().enumerate() {
         for isa in Isa::supported() {
@@ -273,5 +278,43 @@ fn zero_query_slots_read_nothing_of_their_slots() {
             assert_same(&a.search(&qs[i], &p).unwrap(), y, "single search");
         }
         assert_eq!(ra[0].hits[0].block, 777);
+    }
+}
+
+#[test]
+fn a_fine_pass_over_every_block_ranks_every_token() {
+    // fine_candidates covering the history: the hits are the best blocks
+    // by every token's code (brute force here), with no summary read.
+    use crate::search::{best, fine_scores, fuse, FineTables, Queries, SlotScores};
+    let d = dir();
+    let mut rng = Rng::new(21);
+    let mf = write(&d.path().join("m.mem"), 700, &[], 12, 0);
+    let p = SearchParams {
+        k: 10,
+        fine_candidates: 700,
+        ..SearchParams::default()
+    };
+    for isa in Isa::supported() {
+        for q in queries(&mut rng, 4, &[]) {
+            let p = SearchParams {
+                isa: Some(isa),
+                ..p.clone()
+            };
+            let r = mf.search(&q, &p).unwrap();
+            assert!(r.summary.is_empty(), "no summary scored");
+            assert_eq!(r.fine.len(), 700);
+            let qs = Queries::new(mf.index(), &q).unwrap();
+            let tables = FineTables::new(&qs, geometry().slots as usize);
+            let mut buf = Vec::new();
+            let rows: Vec<SlotScores> = (0..700u64)
+                .map(|b| SlotScores {
+                    block: b,
+                    scores: fine_scores(&mf, &qs, &tables, b, isa, &mut buf).unwrap(),
+                })
+                .collect();
+            let want = best(&rows, &fuse(&rows, p.fusion), p.k);
+            let blocks = |h: &[crate::search::Hit]| h.iter().map(|h| h.block).collect::<Vec<_>>();
+            assert_eq!(blocks(&r.hits), blocks(&want), "{}", isa.name());
+        }
     }
 }

@@ -82,14 +82,19 @@ fn main() {
     let text = |id: Option<u32>| id.and_then(|i| vocab.token_text(i));
     let template =
         ChatTemplate::from_gguf(file.metadata(), text(vocab.bos()), text(vocab.eos())).unwrap();
-    let (mut pairs, mut in_coarse, mut in_summary, mut in_top) = (0, 0, 0, 0);
-    // The engine's own search settings (its fine-pass candidates).
-    let params = engine::memory::session::search_params(k, s.file().len_blocks() as usize);
+    // The engine's own search settings, and the tiers it uses beyond
+    // EXHAUSTIVE_BLOCKS (coarse 2,048 → summary 512 → fine) on this file.
+    use engine::memory::session::{search_params, EXHAUSTIVE_BLOCKS};
+    let settings = [
+        ("engine", search_params(k, n_blocks as usize)),
+        ("tiers", search_params(k, EXHAUSTIVE_BLOCKS + 1)),
+    ];
+    // [setting][row kind: the needle's own words, other content][pairs,
+    // coarse kept, summary kept, top k]
+    let mut count = [[[0usize; 4]; 2]; 2];
     for n in needles.as_array().unwrap() {
-        let q = format!(
-            "What is the secret code for the {}?",
-            n["thing"].as_str().unwrap()
-        );
+        let thing = n["thing"].as_str().unwrap();
+        let q = format!("What is the secret code for the {thing}?");
         let rendered = template.render(&[Message::user(q)], true).unwrap();
         let prompt = engine::prompt::chat_tokens(&vocab, &rendered);
         let e = s.probe(&mut enc, &prompt, config.hot_tokens).unwrap();
@@ -103,9 +108,17 @@ fn main() {
             layout.query_vectors(&[row], |li| &e.queries[li], &mut qv);
             let d = layout.code_dims();
             qv[slots * d..].fill(0.0);
-            let res = s.file().search(&qv, &params).unwrap();
-            let summary_kept: Vec<u64> = res.fine.iter().map(|f| f.block).collect();
-            let top: Vec<u64> = res.hits.iter().map(|h| h.block).collect();
+            let word = vocab.decode(&prompt[row..row + 1]);
+            let kind = !thing.split(' ').any(|w| w == word.trim()) as usize;
+            let found: Vec<(Vec<u64>, Vec<u64>, Vec<u64>)> = settings
+                .iter()
+                .map(|(_, p)| {
+                    let res = s.file().search(&qv, p).unwrap();
+                    let summary_kept = res.fine.iter().map(|f| f.block).collect();
+                    let top = res.hits.iter().map(|h| h.block).collect();
+                    (res.coarse, summary_kept, top)
+                })
+                .collect();
             for (sl, slot) in layout.slots.iter().take(slots).enumerate() {
                 let li = layers.binary_search(&(slot.layer as usize)).unwrap();
                 let mut qc = vec![0.0f32; hd];
@@ -136,21 +149,37 @@ fn main() {
                     })
                     .unwrap();
                 let b = block_of[best];
-                pairs += 1;
-                in_coarse += res.coarse.contains(&b) as usize;
-                in_summary += summary_kept.contains(&b) as usize;
-                in_top += top.contains(&b) as usize;
+                for (c, (coarse, summary, top)) in count.iter_mut().zip(&found) {
+                    let c = &mut c[kind];
+                    c[0] += 1;
+                    c[1] += coarse.contains(&b) as usize;
+                    c[2] += summary.contains(&b) as usize;
+                    c[3] += top.contains(&b) as usize;
+                }
             }
         }
     }
-    let pct = |x: usize| 100.0 * x as f64 / pairs.max(1) as f64;
     println!(
-        "{} tokens, {} blocks; {pairs} (query, slot) pairs: exact-argmax block kept by coarse {:.1}%, summary {:.1}% (of {} passed on), top {k} {:.1}%",
+        "{} tokens, {} blocks; per (query token, slot): the block of the exact best key kept by each tier",
         ids.len(),
-        n_blocks,
-        pct(in_coarse),
-        pct(in_summary),
-        params.fine_candidates,
-        pct(in_top)
+        n_blocks
     );
+    println!("| search | query tokens | pairs | coarse | summary (passed on) | top {k} |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for ((name, p), c) in settings.iter().zip(&count) {
+        for (kind, c) in ["the needle's own words", "other content tokens"]
+            .iter()
+            .zip(c)
+        {
+            let pct = |x: usize| 100.0 * x as f64 / c[0].max(1) as f64;
+            println!(
+                "| {name} | {kind} | {} | {:.1}% | {:.1}% ({}) | {:.1}% |",
+                c[0],
+                pct(c[1]),
+                pct(c[2]),
+                p.fine_candidates.min(n_blocks as usize),
+                pct(c[3])
+            );
+        }
+    }
 }

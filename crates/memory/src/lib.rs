@@ -91,7 +91,10 @@
 //!
 //! See [`search`]: a coarse fast scan of every block's summary sign bits,
 //! int4 summary rescoring of the candidates, and LUT scoring of the best
-//! candidates' codes, fused across slots. [`MemoryFile::search_many`]
+//! candidates' codes, fused across slots; when the fine pass is asked to
+//! cover the whole history (the engine does up to 1M tokens), every
+//! block's codes are scored and the first two tiers are skipped.
+//! [`MemoryFile::search_many`]
 //! runs several queries (one retrieval of the engine) with one pass over
 //! the index per tier. Kernels in [`kernels`]. Measured numbers are in
 //! docs/MEMORY.md.

@@ -188,8 +188,7 @@ fn a_full_queue_answers_503_with_retry_after() {
     let server = Server::start(&m, &["--parallel", "1", "--max-queue", "1"]);
     let addr = server.addr.clone();
     // A long generation holds the only slot...
-    let long =
-        r#"{"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0, "stream": true}"#;
+    let long = r#"{"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0, "stream": true, "ignore_eos": true}"#;
     let mut first = TcpStream::connect(&addr).unwrap();
     write!(
         first,
@@ -279,7 +278,9 @@ fn shutdown_lets_running_requests_finish_then_cuts_at_the_deadline() {
     let server = Server::start(&m, &["--shutdown-timeout", "0.3", "-c", "2048"]);
     let addr = server.addr.clone();
     let req = std::thread::spawn(move || {
-        let body = r#"{"prompt": "Once upon a time", "max_tokens": 2000, "stream": true}"#;
+        // ignore_eos: a sampled end token must not finish it before the
+        // deadline (it did once in CI, the test then saw a clean "stop").
+        let body = r#"{"prompt": "Once upon a time", "max_tokens": 2000, "stream": true, "ignore_eos": true}"#;
         let mut s = TcpStream::connect(&addr).unwrap();
         write!(
             s,

@@ -59,6 +59,10 @@ pub enum ErrorKind {
     Mlock { bytes: u64, source: std::io::Error },
     #[error("writer: {0}")]
     Write(String),
+    /// A model split into several files (llama.cpp's gguf-split) whose
+    /// files do not fit together.
+    #[error("split model: {0}")]
+    Split(String),
 }
 
 /// An error with the file it concerns.

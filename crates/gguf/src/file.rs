@@ -4,7 +4,10 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::read::{parse_header, Header, Limits, TensorInfo};
+use crate::split::{split_info, split_path, split_prefix, SplitInfo, SPLIT_COUNT};
+use crate::split::{SPLIT_NO, SPLIT_TENSORS_COUNT};
 use crate::value::Metadata;
+use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -54,7 +57,8 @@ fn open_no_wait(path: &Path) -> std::io::Result<File> {
     o.open(path)
 }
 
-pub struct GgufFile {
+/// One file of a model: the whole model, or one shard of a split model.
+pub struct Shard {
     /// Declared before `map` so it is dropped (unregistered) before the
     /// map is unmapped.
     _guard: Option<mapguard::Registration>,
@@ -62,13 +66,238 @@ pub struct GgufFile {
     /// File-backed map, or (with `mmap: false`) an anonymous map the file
     /// was read into: one type either way, and both can be `mlock`ed.
     map: memmap2::Mmap,
-    /// Whether `map` maps the file itself (not a copy), so its pages can
-    /// be dropped and read back ([`GgufFile::release`]).
+    /// Offset of this file's data section.
+    data_offset: u64,
+    /// Tensors whose data this file holds.
+    n_tensors: usize,
+}
+
+impl Shard {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// Size of this file in bytes.
+    pub fn len(&self) -> u64 {
+        self.map.len() as u64
+    }
+    /// Never true: empty files are refused.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+    /// Offset of this file's data section from its start.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+    /// How many tensors this file holds.
+    pub fn n_tensors(&self) -> usize {
+        self.n_tensors
+    }
+
+    fn err(&self, kind: ErrorKind) -> Error {
+        Error::new(&self.path, kind)
+    }
+
+    fn mlock(&self) -> Result<()> {
+        self.map.lock().map_err(|source| {
+            self.err(ErrorKind::Mlock {
+                bytes: self.map.len() as u64,
+                source,
+            })
+        })
+    }
+}
+
+/// An open model: one GGUF file, or every file of a split model (opened
+/// through its first file, see [`crate::split`]) seen as one.
+pub struct GgufFile {
+    /// The file opened first; then, for a split model, the other shards in
+    /// order.
+    shards: Vec<Shard>,
+    /// Whether the maps map the files themselves (not copies), so their
+    /// pages can be dropped and read back ([`GgufFile::release`]).
     file_backed: bool,
+    /// The first file's header, with every shard's tensors (each knowing
+    /// its [`TensorInfo::shard`]).
     header: Header,
     /// Buffers derived from the tensors ([`GgufFile::keep_derived`]): only
     /// ever pushed, freed with the file.
     derived: Mutex<Vec<memmap2::Mmap>>,
+}
+
+/// Open and parse one file, with every check a single file gets.
+fn open_shard(path: &Path, opts: OpenOptions) -> Result<(Shard, Header)> {
+    let path = path.to_path_buf();
+    let err = |kind: ErrorKind| Error::new(&path, kind);
+    let file = open_no_wait(&path).map_err(|e| err(e.into()))?;
+    let meta = file.metadata().map_err(|e| err(e.into()))?;
+    if meta.is_dir() {
+        return Err(err(ErrorKind::IsDirectory));
+    }
+    if !meta.is_file() {
+        return Err(err(ErrorKind::NotRegular));
+    }
+    if meta.len() == 0 {
+        return Err(err(ErrorKind::Empty));
+    }
+    let map = if opts.mmap {
+        // SAFETY: the map is read-only. Another process rewriting the
+        // file while we run changes what we read, as for every
+        // mmap-based loader; truncating it would raise SIGBUS on the
+        // pages past the new end, which `mapguard` (registered below)
+        // turns into zero pages and a reported fault instead of death.
+        // `--no-mmap` avoids both.
+        let map = unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(|e| err(e.into()))?;
+        #[cfg(target_os = "linux")]
+        let _ = map.advise(memmap2::Advice::HugePage);
+        map
+    } else {
+        let len = usize::try_from(meta.len()).map_err(|_| {
+            err(ErrorKind::TooLarge {
+                what: "file size".into(),
+                count: meta.len(),
+                limit: usize::MAX as u64,
+            })
+        })?;
+        let mut anon = memmap2::MmapMut::map_anon(len).map_err(|e| err(e.into()))?;
+        advise_huge_pages(&anon);
+        use std::io::Read;
+        (&file).read_exact(&mut anon).map_err(|e| err(e.into()))?;
+        anon.make_read_only().map_err(|e| err(e.into()))?
+    };
+    let guard = if opts.mmap {
+        Some(mapguard::register(map.as_ptr(), map.len(), &path).map_err(|e| err(e.into()))?)
+    } else {
+        None
+    };
+    let header = parse_header(&map, opts.limits).map_err(err)?;
+    let shard = Shard {
+        _guard: guard,
+        path,
+        map,
+        data_offset: header.data_offset,
+        n_tensors: header.tensors.len(),
+    };
+    Ok((shard, header))
+}
+
+/// Open shards 1.. of the split model whose first file is `shards[0]`
+/// (with `header`), check they belong together, and add their tensors to
+/// `header`.
+fn open_other_shards(
+    shards: &mut Vec<Shard>,
+    header: &mut Header,
+    split: SplitInfo,
+    opts: OpenOptions,
+) -> Result<()> {
+    let first = shards[0].path.clone();
+    let bad = |path: &Path, msg: String| Error::new(path, ErrorKind::Split(msg));
+    let count = split.count;
+    if split.no != 0 {
+        let hint = match split_prefix(&first, split.no, count) {
+            Some(prefix) => format!(", {}", split_path(&prefix, 0, count).display()),
+            None => String::new(),
+        };
+        return Err(bad(
+            &first,
+            format!(
+                "this is file {} of {count}; open the model with its first file{hint}",
+                split.no as u32 + 1
+            ),
+        ));
+    }
+    let prefix = split_prefix(&first, 0, count).ok_or_else(|| {
+        bad(
+            &first,
+            format!(
+                "`{SPLIT_COUNT}` says the model is split into {count} files, but this file is \
+                 not named PREFIX{} as the first of them must be",
+                split_path(Path::new(""), 0, count).display()
+            ),
+        )
+    })?;
+    let Some(expected) = split.tensors else {
+        return Err(shards[0].err(ErrorKind::MissingKey {
+            key: SPLIT_TENSORS_COUNT.into(),
+        }));
+    };
+    let mut names: HashSet<String> = header.tensors.iter().map(|t| t.name.clone()).collect();
+    for no in 1..count {
+        let path = split_path(&prefix, no, count);
+        let (shard, h) = match open_shard(&path, opts) {
+            Err(Error {
+                kind: ErrorKind::Io(e),
+                ..
+            }) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(bad(
+                    &path,
+                    format!(
+                        "file {} of {count} of the model {} is missing",
+                        no as u32 + 1,
+                        first.display()
+                    ),
+                ))
+            }
+            r => r?,
+        };
+        let this = split_info(&h.metadata).map_err(|k| shard.err(k))?;
+        let Some(this) = this.filter(|i| i.count == count && i.no == no) else {
+            let says = match this {
+                None => "no split keys (it is not part of a split model)".to_string(),
+                Some(i) => format!("`{SPLIT_NO}` {} and `{SPLIT_COUNT}` {}", i.no, i.count),
+            };
+            return Err(bad(
+                &path,
+                format!(
+                    "expected file {} of {count} (`{SPLIT_NO}` {no}, `{SPLIT_COUNT}` {count}) \
+                     of the model {}, but it has {says}",
+                    no as u32 + 1,
+                    first.display()
+                ),
+            ));
+        };
+        if let Some(n) = this.tensors.filter(|&n| n != expected) {
+            return Err(bad(
+                &path,
+                format!(
+                    "`{SPLIT_TENSORS_COUNT}` is {n}, but the first file {} says {expected}",
+                    first.display()
+                ),
+            ));
+        }
+        let total = header.tensors.len() as u64 + h.tensors.len() as u64;
+        if total > opts.limits.max_tensor_count {
+            return Err(shard.err(ErrorKind::TooLarge {
+                what: "tensor count of all the files of the split model".into(),
+                count: total,
+                limit: opts.limits.max_tensor_count,
+            }));
+        }
+        for mut t in h.tensors {
+            if !names.insert(t.name.clone()) {
+                return Err(bad(
+                    &path,
+                    format!(
+                        "tensor `{}` is also in an earlier file of the model {}",
+                        t.name,
+                        first.display()
+                    ),
+                ));
+            }
+            t.shard = shards.len();
+            header.tensors.push(t);
+        }
+        shards.push(shard);
+    }
+    let found = header.tensors.len() as u64;
+    if found != expected {
+        return Err(bad(
+            &first,
+            format!(
+                "`{SPLIT_TENSORS_COUNT}` says {expected} tensors, but the {count} files hold {found}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl GgufFile {
@@ -77,62 +306,26 @@ impl GgufFile {
         GgufFile::open_with(path, OpenOptions::default())
     }
 
+    /// Open a GGUF file. If it is the first file of a split model
+    /// (`PREFIX-00001-of-0000N.gguf` with `split.count` N > 1), the other
+    /// N-1 files are opened too, each checked like a single file and
+    /// against the first, and the model reads as one file.
     pub fn open_with(path: impl AsRef<Path>, opts: OpenOptions) -> Result<GgufFile> {
-        let path = path.as_ref().to_path_buf();
-        let err = |kind: ErrorKind| Error::new(&path, kind);
-        let file = open_no_wait(&path).map_err(|e| err(e.into()))?;
-        let meta = file.metadata().map_err(|e| err(e.into()))?;
-        if meta.is_dir() {
-            return Err(err(ErrorKind::IsDirectory));
+        let (first, mut header) = open_shard(path.as_ref(), opts)?;
+        let mut shards = vec![first];
+        if let Some(split) = split_info(&header.metadata).map_err(|k| shards[0].err(k))? {
+            open_other_shards(&mut shards, &mut header, split, opts)?;
         }
-        if !meta.is_file() {
-            return Err(err(ErrorKind::NotRegular));
-        }
-        if meta.len() == 0 {
-            return Err(err(ErrorKind::Empty));
-        }
-        let map = if opts.mmap {
-            // SAFETY: the map is read-only. Another process rewriting the
-            // file while we run changes what we read, as for every
-            // mmap-based loader; truncating it would raise SIGBUS on the
-            // pages past the new end, which `mapguard` (registered below)
-            // turns into zero pages and a reported fault instead of death.
-            // `--no-mmap` avoids both.
-            let map =
-                unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(|e| err(e.into()))?;
-            #[cfg(target_os = "linux")]
-            let _ = map.advise(memmap2::Advice::HugePage);
-            map
-        } else {
-            let len = usize::try_from(meta.len()).map_err(|_| {
-                err(ErrorKind::TooLarge {
-                    what: "file size".into(),
-                    count: meta.len(),
-                    limit: usize::MAX as u64,
-                })
-            })?;
-            let mut anon = memmap2::MmapMut::map_anon(len).map_err(|e| err(e.into()))?;
-            advise_huge_pages(&anon);
-            use std::io::Read;
-            (&file).read_exact(&mut anon).map_err(|e| err(e.into()))?;
-            anon.make_read_only().map_err(|e| err(e.into()))?
-        };
-        let guard = if opts.mmap {
-            Some(mapguard::register(map.as_ptr(), map.len(), &path).map_err(|e| err(e.into()))?)
-        } else {
-            None
-        };
-        let header = parse_header(&map, opts.limits).map_err(err)?;
         let f = GgufFile {
-            _guard: guard,
-            path,
-            map,
+            shards,
             file_backed: opts.mmap,
             header,
             derived: Mutex::default(),
         };
         if opts.mlock {
-            f.mlock()?;
+            for s in &f.shards {
+                s.mlock()?;
+            }
         }
         Ok(f)
     }
@@ -151,70 +344,94 @@ impl GgufFile {
         anon.copy_from_slice(bytes);
         let map = anon.make_read_only().map_err(|e| err(e.into()))?;
         let header = parse_header(&map, limits).map_err(err)?;
-        Ok(GgufFile {
+        if let Some(split) = split_info(&header.metadata).map_err(err)? {
+            return Err(err(ErrorKind::Split(format!(
+                "this is file {} of {}; a split model opens only from its files",
+                split.no as u32 + 1,
+                split.count
+            ))));
+        }
+        let shard = Shard {
             _guard: None,
             path,
             map,
+            data_offset: header.data_offset,
+            n_tensors: header.tensors.len(),
+        };
+        Ok(GgufFile {
+            shards: vec![shard],
             file_backed: false,
             header,
             derived: Mutex::default(),
         })
     }
 
-    fn mlock(&self) -> Result<()> {
-        self.map.lock().map_err(|source| {
-            Error::new(
-                &self.path,
-                ErrorKind::Mlock {
-                    bytes: self.map.len() as u64,
-                    source,
-                },
-            )
-        })
-    }
-
+    /// The path it was opened with (for a split model, its first file).
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.shards[0].path
     }
     pub fn version(&self) -> u32 {
         self.header.version
     }
+    /// The metadata (for a split model, the first file's, `split.*` keys
+    /// included).
     pub fn metadata(&self) -> &Metadata {
         &self.header.metadata
     }
+    /// Every tensor, in file order (for a split model, the first file's,
+    /// then the second's, ...).
     pub fn tensors(&self) -> &[TensorInfo] {
         &self.header.tensors
     }
     pub fn alignment(&self) -> u64 {
         self.header.alignment
     }
+    /// Offset of the data section in the (first) file. A tensor's place in
+    /// the file holding it is [`GgufFile::tensor_file_offset`].
     pub fn data_offset(&self) -> u64 {
         self.header.data_offset
     }
+    /// The (first) file's header, with all the tensors.
     pub fn header(&self) -> &Header {
         &self.header
     }
-    /// Size of the whole file in bytes.
+    /// Size of the file in bytes: for a split model, of all its files.
     pub fn file_len(&self) -> u64 {
-        self.map.len() as u64
+        self.shards.iter().map(Shard::len).sum()
+    }
+    /// The files the model was read from: one, or each shard of a split
+    /// model in order (a tensor's is `shards()[info.shard]`).
+    pub fn shards(&self) -> &[Shard] {
+        &self.shards
+    }
+    /// Whether the model is split over several files.
+    pub fn is_split(&self) -> bool {
+        self.shards.len() > 1
     }
 
     pub fn tensor_info(&self, name: &str) -> Option<&TensorInfo> {
         self.header.tensors.iter().find(|t| t.name == name)
     }
 
-    /// The bytes of a tensor, in place (no copy). Bounds were checked when
-    /// the header was parsed.
+    /// Offset of a tensor's data from the start of the file holding it
+    /// (`shards()[info.shard]`).
+    pub fn tensor_file_offset(&self, info: &TensorInfo) -> u64 {
+        self.shards[info.shard].data_offset + info.offset
+    }
+
+    /// The bytes of a tensor, in place (no copy), from whichever file
+    /// holds it. Bounds were checked when the header was parsed.
     pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
-        let start = (self.header.data_offset + info.offset) as usize;
-        &self.map[start..start + info.n_bytes as usize]
+        let shard = &self.shards[info.shard];
+        let start = (shard.data_offset + info.offset) as usize;
+        &shard.map[start..start + info.n_bytes as usize]
     }
 
     /// A tensor by name, with an error naming it if absent.
     pub fn tensor(&self, name: &str) -> Result<(&TensorInfo, &[u8])> {
         let info = self
             .tensor_info(name)
-            .ok_or_else(|| Error::new(&self.path, ErrorKind::MissingTensor(name.to_string())))?;
+            .ok_or_else(|| self.err(ErrorKind::MissingTensor(name.to_string())))?;
         Ok((info, self.tensor_data(info)))
     }
 
@@ -239,23 +456,26 @@ impl GgufFile {
         Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
     }
 
-    /// Tell the OS that `bytes` (a part of this file's map, e.g. a tensor
-    /// now held repacked) will not be read for a while, so its pages leave
-    /// the process's resident set. Reading them later is still correct:
-    /// they come back from the file. A no-op for copies (`mmap: false`, a
-    /// built-in model), which could not be read back.
+    /// Tell the OS that `bytes` (a part of one of this model's file maps,
+    /// e.g. a tensor now held repacked) will not be read for a while, so its
+    /// pages leave the process's resident set. Reading them later is still
+    /// correct: they come back from the file. A no-op for copies (`mmap:
+    /// false`, a built-in model), which could not be read back.
     pub fn release(&self, bytes: &[u8]) {
         if !self.file_backed {
             return;
         }
-        let base = self.map.as_ptr() as usize;
         let (start, end) = (
             bytes.as_ptr() as usize,
             bytes.as_ptr() as usize + bytes.len(),
         );
-        if start < base || end > base + self.map.len() {
+        let Some(map) = self.shards.iter().map(|s| &s.map).find(|m| {
+            let base = m.as_ptr() as usize;
+            start >= base && end <= base + m.len()
+        }) else {
             return;
-        }
+        };
+        let base = map.as_ptr() as usize;
         // Whole pages inside the range only: the neighbours stay mapped.
         const PAGE: usize = 4096;
         let (from, to) = (
@@ -272,13 +492,13 @@ impl GgufFile {
         // bytes back in. The range lies inside the map (checked above).
         // Failure (e.g. locked pages) leaves them resident, which is fine.
         let _ = unsafe {
-            self.map
-                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from)
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from)
         };
     }
 
-    /// Wrap a metadata error with this file's path.
+    /// Wrap a metadata error with this file's path (the first file's, for
+    /// a split model).
     pub fn err(&self, kind: ErrorKind) -> Error {
-        Error::new(&self.path, kind)
+        self.shards[0].err(kind)
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! Layout: [`types`] (ggml tensor types and block geometry), [`value`]
 //! (metadata values and typed getters), [`read`] (header parser), [`file`]
-//! (opening: mmap, `--no-mmap`, `--mlock`), [`write`] (writer), [`error`].
+//! (opening: mmap, `--no-mmap`, `--mlock`), [`split`] (models split over
+//! several files, llama.cpp's gguf-split), [`write`] (writer), [`error`].
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -12,12 +13,13 @@
 pub mod error;
 pub mod file;
 pub mod read;
+pub mod split;
 pub mod types;
 pub mod value;
 pub mod write;
 
 pub use error::{Error, ErrorKind, Result};
-pub use file::{GgufFile, OpenOptions};
+pub use file::{GgufFile, OpenOptions, Shard};
 pub use read::{parse_header, Header, Limits, TensorInfo, DEFAULT_ALIGNMENT};
 pub use types::{GgmlType, QK_K};
 pub use value::{Metadata, Value, ValueType};

@@ -47,10 +47,15 @@ pub struct TensorInfo {
     /// ggml order: `dims[0]` is the row length (contiguous), then rows, ...
     pub dims: Vec<u64>,
     pub ty: GgmlType,
-    /// Offset from the start of the data section.
+    /// Offset from the start of the data section of the file holding the
+    /// data (shard [`TensorInfo::shard`] of a split model).
     pub offset: u64,
     /// Bytes of data (from type and shape).
     pub n_bytes: u64,
+    /// Which file of a split model holds the data: 0 for a single file (and
+    /// for what [`parse_header`] returns); set when the shards are merged
+    /// into one [`crate::GgufFile`].
+    pub shard: usize,
 }
 
 impl TensorInfo {
@@ -345,6 +350,7 @@ pub fn parse_header(buf: &[u8], limits: Limits) -> Result<Header, ErrorKind> {
             ty,
             offset,
             n_bytes,
+            shard: 0,
         });
     }
 

@@ -1,5 +1,6 @@
 //! `cachefit inspect FILE [--json]`: metadata, tensor table, totals by type
-//! and bits per weight.
+//! and bits per weight. A split model (the first of its files given) is
+//! shown as one, with its files listed and each tensor's file named.
 
 use anyhow::Result;
 use gguf::{GgmlType, GgufFile, OpenOptions, Value};
@@ -9,7 +10,7 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// GGUF file to inspect.
+    /// GGUF file to inspect (for a split model, its first file).
     pub file: PathBuf,
     /// Print one JSON object instead of tables.
     #[arg(long)]
@@ -55,7 +56,7 @@ pub fn run(args: Args) -> Result<()> {
     };
 
     if args.json {
-        let out = json!({
+        let mut out = json!({
             "file": f.path().display().to_string(),
             "file_bytes": f.file_len(),
             "version": f.version(),
@@ -64,10 +65,16 @@ pub fn run(args: Args) -> Result<()> {
             "metadata": f.metadata().entries().iter().map(|(k, v)| {
                 json!({"key": k, "type": v.type_description(), "value": value_json(v, args.full)})
             }).collect::<Vec<_>>(),
-            "tensors": f.tensors().iter().map(|t| json!({
-                "name": t.name, "type": t.ty.name(), "shape": t.dims,
-                "bytes": t.n_bytes, "offset": f.data_offset() + t.offset,
-            })).collect::<Vec<_>>(),
+            "tensors": f.tensors().iter().map(|t| {
+                let mut j = json!({
+                    "name": t.name, "type": t.ty.name(), "shape": t.dims,
+                    "bytes": t.n_bytes, "offset": f.tensor_file_offset(t),
+                });
+                if f.is_split() {
+                    j["shard"] = json!(t.shard + 1);
+                }
+                j
+            }).collect::<Vec<_>>(),
             "totals_by_type": totals.iter().map(|(ty, t)| json!({
                 "type": ty.name(), "tensors": t.tensors, "elements": t.elements, "bytes": t.bytes,
             })).collect::<Vec<_>>(),
@@ -75,6 +82,20 @@ pub fn run(args: Args) -> Result<()> {
             "n_bytes": n_bytes,
             "bits_per_weight": bpw,
         });
+        if f.is_split() {
+            // `file_bytes` is the total; `offset`s are within each
+            // tensor's own file, `shard` (from 1) says which.
+            out["shards"] = json!(f
+                .shards()
+                .iter()
+                .map(|s| json!({
+                    "file": s.path().display().to_string(),
+                    "file_bytes": s.len(),
+                    "data_offset": s.data_offset(),
+                    "tensors": s.n_tensors(),
+                }))
+                .collect::<Vec<_>>());
+        }
         outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
@@ -90,6 +111,20 @@ pub fn run(args: Args) -> Result<()> {
         f.alignment(),
         f.data_offset()
     );
+    if f.is_split() {
+        outln!("split into {} files:", f.shards().len());
+        for (i, s) in f.shards().iter().enumerate() {
+            outln!(
+                "  {}: {}, {} ({} bytes), {} tensors, data at {}",
+                i + 1,
+                s.path().display(),
+                human_bytes(s.len()),
+                s.len(),
+                s.n_tensors(),
+                s.data_offset()
+            );
+        }
+    }
     outln!("\nmetadata:");
     let kw = f
         .metadata()
@@ -114,23 +149,33 @@ pub fn run(args: Args) -> Result<()> {
         .max()
         .unwrap_or(4)
         .max(4);
+    // A split model's tensors also say which file (from 1) holds them.
+    let file_col = |s: &str| {
+        if f.is_split() {
+            format!("  {s:>5}")
+        } else {
+            String::new()
+        }
+    };
     outln!(
-        "  {:<nw$}  {:<7}  {:<22}  {:>12}  {:>12}",
+        "  {:<nw$}  {:<7}  {:<22}  {:>12}  {:>12}{}",
         "name",
         "type",
         "shape",
         "bytes",
-        "offset"
+        "offset",
+        file_col("file")
     );
     for t in f.tensors() {
         let shape = format!("{:?}", t.dims);
         outln!(
-            "  {:<nw$}  {:<7}  {:<22}  {:>12}  {:>12}",
+            "  {:<nw$}  {:<7}  {:<22}  {:>12}  {:>12}{}",
             t.name,
             t.ty.name(),
             shape,
             t.n_bytes,
-            f.data_offset() + t.offset
+            f.tensor_file_offset(t),
+            file_col(&(t.shard + 1).to_string())
         );
     }
     outln!("\ntotals by type:");

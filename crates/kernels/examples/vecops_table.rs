@@ -47,6 +47,7 @@ fn main() {
                 stride: ctx,
                 n_pos,
                 scale: 0.2357,
+                softcap: 0.0,
             };
             let ns = per_call(
                 200,
@@ -64,6 +65,7 @@ fn main() {
                 stride: ctx,
                 n_pos,
                 scale: 0.2357,
+                softcap: 0.0,
             };
             let ns = per_call(
                 200,

@@ -308,6 +308,9 @@ fn attend_body<T: KvElement>(a: &Attention<'_, T>, scores: &mut [f32], out: &mut
                 *sp += qs * kp.widen();
             }
         }
+        if a.softcap > 0.0 {
+            softcap_body(&mut s[..n], a.softcap);
+        }
         s[n..].fill(f32::NEG_INFINITY);
         let m = max16(s);
         for v in s.iter_mut() {
@@ -343,6 +346,9 @@ pub struct Attention<'a, T: KvElement = f32> {
     pub n_pos: usize,
     /// Multiplies the scores (`1/√head_dim`).
     pub scale: f32,
+    /// `cap · tanh(s / cap)` of the scaled scores before the softmax
+    /// (Gemma 2), 0 for none.
+    pub softcap: f32,
 }
 
 /// The ops of one instruction set (the free functions below run the
@@ -605,6 +611,7 @@ mod tests {
                 stride,
                 n_pos,
                 scale: 1.0 / (hd as f32).sqrt(),
+                softcap: 0.0,
             };
             let mut scores = vec![f32::NAN; nh * scores_len(n_pos)];
             let mut want = vec![f32::NAN; nh * hd];
@@ -667,11 +674,67 @@ mod tests {
                 stride,
                 n_pos,
                 scale: a.scale,
+                softcap: 0.0,
             };
             for isa in Isa::supported() {
                 let mut out = vec![f32::NAN; nh * hd];
                 (ops(isa).attend_f16)(&half_a, &mut scores, &mut out);
                 assert_eq!(bits(&out), bits(&want16), "{isa:?} f16 hd {hd} n {n_pos}");
+            }
+        }
+    }
+
+    /// Gemma 2's soft cap on the scores: the scalar body against an f64
+    /// reference, every set bit-equal to it, for odd sizes and tails.
+    #[test]
+    fn attend_softcap_matches_reference_and_sets_agree() {
+        for (hd, nh, n_pos, stride) in [(16, 3, 37, 40), (64, 8, 129, 130), (5, 1, 3, 3)] {
+            let mut r = rng((hd * 7 + n_pos) as u64);
+            let q: Vec<f32> = weights(&mut r, nh * hd).iter().map(|v| v * 8.0).collect();
+            let keys: Vec<f32> = (0..hd * stride).map(|_| r.gen_range(-2.0..2.0)).collect();
+            let values: Vec<f32> = (0..hd * stride).map(|_| r.gen_range(-2.0..2.0)).collect();
+            let cap = 5.0f32;
+            let a = Attention {
+                q: &q,
+                head_dim: hd,
+                keys: &keys,
+                values: &values,
+                stride,
+                n_pos,
+                scale: 0.5,
+                softcap: cap,
+            };
+            let mut scores = vec![f32::NAN; nh * scores_len(n_pos)];
+            let mut want = vec![f32::NAN; nh * hd];
+            (ops(Isa::Scalar).attend)(&a, &mut scores, &mut want);
+            for h in 0..nh {
+                let s: Vec<f64> = (0..n_pos)
+                    .map(|p| {
+                        let d: f64 = (0..hd)
+                            .map(|i| q[h * hd + i] as f64 * 0.5 * keys[i * stride + p] as f64)
+                            .sum();
+                        cap as f64 * (d / cap as f64).tanh()
+                    })
+                    .collect();
+                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for i in 0..hd {
+                    let o: f64 = (0..n_pos)
+                        .map(|p| e[p] * values[i * stride + p] as f64)
+                        .sum::<f64>()
+                        / z;
+                    let got = want[h * hd + i] as f64;
+                    assert!(
+                        (got - o).abs() < 1e-4,
+                        "hd {hd} n {n_pos} head {h} dim {i}: {got} vs {o}"
+                    );
+                }
+            }
+            for isa in Isa::supported() {
+                let mut out = vec![f32::NAN; nh * hd];
+                (ops(isa).attend)(&a, &mut scores, &mut out);
+                assert_eq!(bits(&out), bits(&want), "{isa:?} hd {hd} n {n_pos}");
             }
         }
     }

@@ -12,7 +12,7 @@
 mod rope;
 mod rows;
 
-pub use rope::{rope, rope_freqs, RopeLayout, RopeParams};
+pub use rope::{rope, rope_freqs, RopeLayout, RopeParams, Yarn};
 pub(crate) use rows::ROW_KERNELS;
 pub use rows::{
     axpy_rows, axpy_rows_ref, dot_rows, dot_rows_ref, AxpyRowsFn, DotRowsFn, RowKernels,
@@ -94,6 +94,42 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// GELU, tanh approximation, as ggml's CPU backend computes it:
+/// `0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²)))` of `x` rounded to f16,
+/// the result rounded to f16 (ggml reads it from a table indexed by the
+/// f16 input); exactly `0` below −10 and `x` above 10. The rounding is not
+/// a shortcut to copy blindly but it moves Gemma 3's perplexity: in f32
+/// throughout, Gemma 3 270M scored 0.4% below llama.cpp at 1024 positions,
+/// with it 0.04%.
+#[inline]
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    if x <= -10.0 {
+        0.0
+    } else if x >= 10.0 {
+        x
+    } else {
+        let h = half::f16::from_f32(x).to_f32();
+        let g = 0.5 * h * (1.0 + (SQRT_2_OVER_PI * h * (1.0 + 0.044715 * h * h)).tanh());
+        half::f16::from_f32(g).to_f32()
+    }
+}
+
+/// GeGLU in place: `gate[i] = gelu_tanh(gate[i]) * up[i]` (Gemma's MLP).
+pub fn geglu(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "geglu: gate and up lengths differ");
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = gelu_tanh(*g) * u;
+    }
+}
+
+/// `x[i] *= s`.
+pub fn scale_inplace(x: &mut [f32], s: f32) {
+    for v in x.iter_mut() {
+        *v *= s;
+    }
+}
+
 /// `acc[i] += x[i]` (the residual connection).
 pub fn add_inplace(acc: &mut [f32], x: &[f32]) {
     assert_eq!(acc.len(), x.len(), "add: lengths differ");
@@ -156,6 +192,47 @@ mod tests {
 
     fn close(a: f32, b: f32, tol: f32) -> bool {
         (a - b).abs() <= tol * (1.0 + b.abs())
+    }
+
+    /// GeGLU against GELU's tanh form in f64 (on and to f16, as ggml's
+    /// table), including the clamped tails.
+    #[test]
+    fn geglu_matches_f64_reference() {
+        let gelu = |x: f64| {
+            0.5 * x
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+        };
+        for n in [1, 5, 64, 257] {
+            let mut g: Vec<f32> = random(n, 7 + n as u64).iter().map(|v| v * 4.0).collect();
+            g[0] = -11.0;
+            let u = random(n, 9 + n as u64);
+            let want: Vec<f64> = g
+                .iter()
+                .zip(&u)
+                .map(|(&x, &y)| {
+                    // ggml's table: input and output rounded to f16.
+                    let h = half::f16::from_f32(x).to_f32() as f64;
+                    let a = if x <= -10.0 {
+                        0.0
+                    } else if x >= 10.0 {
+                        x as f64
+                    } else {
+                        half::f16::from_f64(gelu(h)).to_f64()
+                    };
+                    a * y as f64
+                })
+                .collect();
+            geglu(&mut g, &u);
+            for i in 0..n {
+                // One f16 step where the f32 and f64 tanh round apart.
+                assert!(
+                    close(g[i], want[i] as f32, 1e-3),
+                    "{i}: {} vs {}",
+                    g[i],
+                    want[i]
+                );
+            }
+        }
     }
 
     #[test]

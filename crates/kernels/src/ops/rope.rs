@@ -1,11 +1,17 @@
-//! Rotary position embedding, as ggml's `rope` computes it (without YaRN).
+//! Rotary position embedding, as ggml's `rope` computes it.
 //!
 //! For pair `i` of the first `n_rot` dimensions of a head, the angle at
 //! position `p` is `θ_i = p · freq_scale · base^(-2i/n_rot) / ff_i`, where
 //! `freq_scale` is `1 / factor` for linear scaling and `ff` the optional
-//! per-pair frequency factors (Llama 3's `rope_freqs.weight`). The powers are
-//! built by repeated multiplication in f32 like ggml, so angles match its
-//! bit for bit. Dimensions past `n_rot` pass through unchanged.
+//! per-pair frequency factors (Llama 3's `rope_freqs.weight`, Phi-3's long
+//! or short factors). The powers are built by repeated multiplication in f32
+//! like ggml, so angles match its bit for bit. Dimensions past `n_rot` pass
+//! through unchanged.
+//!
+//! YaRN ([`Yarn`]) mixes the scaled and unscaled angle per pair with a ramp
+//! over the pairs between two "correction dimensions", and both YaRN and
+//! Phi-3's LongRoPE scale cos and sin by a magnitude ([`RopeParams::mscale`]),
+//! which multiplies the attention scores by its square.
 //!
 //! Layouts: [`RopeLayout::Normal`] rotates adjacent pairs `(2i, 2i+1)`
 //! (ggml's default, used for `llama`: the GGUF converter permutes Q/K rows
@@ -26,9 +32,54 @@ pub struct RopeParams {
     /// Rotated dimensions per head (even, ≤ head size).
     pub n_rot: usize,
     pub freq_base: f32,
-    /// `1 / linear scaling factor` (1.0 when unscaled).
+    /// `1 / scaling factor` (1.0 when unscaled).
     pub freq_scale: f32,
     pub layout: RopeLayout,
+    /// Multiplies cos and sin (ggml's `attn_factor`; 1.0 for plain RoPE).
+    pub mscale: f32,
+    /// YaRN's ramp between scaled and unscaled angles, if any.
+    pub yarn: Option<Yarn>,
+}
+
+/// YaRN's extrapolation mix (ggml's `ext_factor`, `beta_fast`, `beta_slow`
+/// and the original context).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Yarn {
+    /// Context the model was trained for before scaling.
+    pub n_ctx_orig: usize,
+    /// Weight of the unscaled angle at the ramp's full end (1.0).
+    pub ext_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+}
+
+impl RopeParams {
+    /// Plain RoPE (no magnitude scaling, no YaRN).
+    pub fn new(n_rot: usize, freq_base: f32, freq_scale: f32, layout: RopeLayout) -> RopeParams {
+        RopeParams {
+            n_rot,
+            freq_base,
+            freq_scale,
+            layout,
+            mscale: 1.0,
+            yarn: None,
+        }
+    }
+}
+
+impl Yarn {
+    /// The pair range `[low, high]` over which the ramp falls from
+    /// extrapolation to interpolation (ggml's `ggml_rope_yarn_corr_dims`).
+    pub fn corr_dims(&self, n_rot: usize, freq_base: f32) -> [f32; 2] {
+        let dim = |n_rotations: f32| {
+            n_rot as f32
+                * (self.n_ctx_orig as f32 / (n_rotations * 2.0 * std::f32::consts::PI)).ln()
+                / (2.0 * freq_base.ln())
+        };
+        let start = dim(self.beta_fast).floor();
+        let end = dim(self.beta_slow).ceil();
+        [start.max(0.0), end.min(n_rot as f32 - 1.0)]
+    }
 }
 
 /// Fill `cos`/`sin` (`n_rot / 2` each) for position `pos`; `freq_factors`,
@@ -50,11 +101,26 @@ pub fn rope_freqs(
     }
     let theta_scale = p.freq_base.powf(-2.0 / p.n_rot as f32);
     let mut theta = pos as f32;
+    let mut mscale = p.mscale;
+    // ggml's `rope_yarn`: the ramp is 1 below `low`, 0 above `high`.
+    let yarn = p.yarn.filter(|y| y.ext_factor != 0.0).map(|y| {
+        mscale *= 1.0 + 0.1 * (1.0 / p.freq_scale).ln();
+        (y.corr_dims(p.n_rot, p.freq_base), y.ext_factor)
+    });
     for i in 0..half {
         let ff = freq_factors.map_or(1.0, |f| f[i]);
-        let t = p.freq_scale * (theta / ff);
-        cos[i] = t.cos();
-        sin[i] = t.sin();
+        let extrap = theta / ff;
+        let interp = p.freq_scale * extrap;
+        let t = match yarn {
+            None => interp,
+            Some(([low, high], ext)) => {
+                let y = (i as f32 - low) / (high - low).max(0.001);
+                let mix = (1.0 - y.clamp(0.0, 1.0)) * ext;
+                interp * (1.0 - mix) + extrap * mix
+            }
+        };
+        cos[i] = t.cos() * mscale;
+        sin[i] = t.sin() * mscale;
         theta *= theta_scale;
     }
 }
@@ -122,12 +188,7 @@ mod tests {
                     let ff: Vec<f32> = (0..n_rot / 2).map(|_| r.gen_range(1.0..8.0)).collect();
                     for ffo in [None, Some(&ff[..])] {
                         for pos in [0, 1, 7, 100, 3000] {
-                            let p = RopeParams {
-                                n_rot,
-                                freq_base: base,
-                                freq_scale: scale,
-                                layout,
-                            };
+                            let p = RopeParams::new(n_rot, base, scale, layout);
                             let x: Vec<f32> = (0..head).map(|_| r.gen_range(-2.0..2.0)).collect();
                             let mut cos = vec![0.0; n_rot / 2];
                             let mut sin = vec![0.0; n_rot / 2];
@@ -156,14 +217,61 @@ mod tests {
         }
     }
 
+    /// YaRN against its formula (ggml's `rope_yarn`), in f64: the ramp
+    /// mixes interpolated and extrapolated angles and cos/sin carry the
+    /// magnitude `mscale · (1 + 0.1 ln factor)`.
+    #[test]
+    fn yarn_matches_formula() {
+        for (n_rot, base, factor, orig) in [(64, 10000.0, 4.0, 4096), (128, 1e6, 8.0, 4096)] {
+            let y = Yarn {
+                n_ctx_orig: orig,
+                ext_factor: 1.0,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+            };
+            let p = RopeParams {
+                mscale: 0.9,
+                yarn: Some(y),
+                ..RopeParams::new(n_rot, base, 1.0 / factor, RopeLayout::NeoX)
+            };
+            let corr = |beta: f64| {
+                n_rot as f64 * (orig as f64 / (beta * 2.0 * std::f64::consts::PI)).ln()
+                    / (2.0 * (base as f64).ln())
+            };
+            let (low, high) = (
+                corr(32.0).floor().max(0.0),
+                corr(1.0).ceil().min(n_rot as f64 - 1.0),
+            );
+            assert!(
+                low > 0.0 && high < (n_rot / 2) as f64,
+                "the ramp must bite: {low} {high}"
+            );
+            let m = 0.9 * (1.0 + 0.1 * (factor as f64).ln());
+            for pos in [1usize, 9, 300] {
+                let (mut c, mut s) = (vec![0.0; n_rot / 2], vec![0.0; n_rot / 2]);
+                rope_freqs(&p, pos, None, &mut c, &mut s);
+                for i in 0..n_rot / 2 {
+                    let extrap = pos as f64 * (base as f64).powf(-2.0 * i as f64 / n_rot as f64);
+                    let interp = extrap / factor as f64;
+                    let ramp = 1.0 - ((i as f64 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+                    let t = interp * (1.0 - ramp) + extrap * ramp;
+                    let tol = 2e-4 * (1.0 + extrap);
+                    assert!(
+                        (c[i] as f64 - m * t.cos()).abs() < tol,
+                        "pos {pos} pair {i}"
+                    );
+                    assert!(
+                        (s[i] as f64 - m * t.sin()).abs() < tol,
+                        "pos {pos} pair {i}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn position_zero_is_identity() {
-        let p = RopeParams {
-            n_rot: 8,
-            freq_base: 10000.0,
-            freq_scale: 1.0,
-            layout: RopeLayout::Normal,
-        };
+        let p = RopeParams::new(8, 10000.0, 1.0, RopeLayout::Normal);
         let (mut c, mut s) = ([0.0; 4], [0.0; 4]);
         rope_freqs(&p, 0, None, &mut c, &mut s);
         let x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];

@@ -255,6 +255,16 @@ pub(super) fn attend_avx512<T: KvElement>(
         };
     }
 
+    // Gemma 2's soft cap, as the scalar body applies it.
+    if a.softcap > 0.0 {
+        for h in 0..nh {
+            // SAFETY: row h of scores is sp ≥ n floats inside `scores`
+            // (`check`), and no other reference to it is live.
+            let row = unsafe { std::slice::from_raw_parts_mut(sc.add(h * sp), n) };
+            super::softcap_body(row, a.softcap);
+        }
+    }
+
     // Softmax per row; lanes past n count as −∞, end as exact zeros.
     let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
     for h in 0..nh {

@@ -10,7 +10,7 @@
 //! byte for byte with Python jinja2 (scripts/chat-templates/render.py).
 //!
 //! A model without a template gets ChatML ([`fallback`]); tools check
-//! [`ChatTemplate::is_fallback`] and print [`FALLBACK_NOTICE`] on stderr.
+//! [`ChatTemplate::is_fallback`] and print [`ChatTemplate::fallback_notice`] on stderr.
 //!
 //! [`prompt_tokens`] renders and tokenizes, keeping message text as text
 //! so that a message cannot forge control tokens ([`prompt`]).
@@ -38,7 +38,7 @@ pub mod shims;
 pub mod template;
 
 pub use error::Error;
-pub use fallback::{CHATML_TEMPLATE, FALLBACK_NOTICE};
+pub use fallback::{Fallback, CHATML_TEMPLATE, FALLBACK_NOTICE, GEMMA_TEMPLATE};
 pub use message::Message;
 pub use prompt::{prompt_tokens, tokenize_rendered, Prompt, Special};
 pub use template::{ChatTemplate, CHAT_TEMPLATE_KEY};

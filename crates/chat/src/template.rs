@@ -5,7 +5,7 @@ use minijinja::Environment;
 
 use crate::context::Context;
 use crate::error::Error;
-use crate::fallback::CHATML_TEMPLATE;
+use crate::fallback::Fallback;
 use crate::message::Message;
 use crate::shims::{self, Clock};
 
@@ -26,7 +26,7 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: Option<String>,
     eos_token: Option<String>,
-    is_fallback: bool,
+    fallback: Option<Fallback>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -34,7 +34,7 @@ impl std::fmt::Debug for ChatTemplate {
         f.debug_struct("ChatTemplate")
             .field("bos_token", &self.bos_token)
             .field("eos_token", &self.eos_token)
-            .field("is_fallback", &self.is_fallback)
+            .field("fallback", &self.fallback)
             .finish_non_exhaustive()
     }
 }
@@ -63,7 +63,7 @@ impl ChatTemplate {
             env,
             bos_token: bos_token.map(str::to_string),
             eos_token: eos_token.map(str::to_string),
-            is_fallback: false,
+            fallback: None,
         })
     }
 
@@ -73,8 +73,17 @@ impl ChatTemplate {
         bos_token: Option<&str>,
         eos_token: Option<&str>,
     ) -> Result<ChatTemplate, Error> {
-        let mut template = ChatTemplate::new(CHATML_TEMPLATE, bos_token, eos_token)?;
-        template.is_fallback = true;
+        ChatTemplate::fallback(Fallback::ChatMl, bos_token, eos_token)
+    }
+
+    /// A fallback template ([`crate::fallback`]) for a model without one.
+    pub fn fallback(
+        which: Fallback,
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+    ) -> Result<ChatTemplate, Error> {
+        let mut template = ChatTemplate::new(which.source(), bos_token, eos_token)?;
+        template.fallback = Some(which);
         Ok(template)
     }
 
@@ -91,8 +100,9 @@ impl ChatTemplate {
         }
     }
 
-    /// The template in `tokenizer.chat_template`, or the ChatML fallback
-    /// when the key is absent or empty. Take bos/eos from the vocabulary:
+    /// The template in `tokenizer.chat_template`, or when the key is
+    /// absent or empty the fallback for the file's architecture (Gemma's
+    /// for Gemma, else ChatML). Take bos/eos from the vocabulary:
     /// `vocab.bos().and_then(|id| vocab.token_text(id))`.
     pub fn from_gguf(
         metadata: &gguf::Metadata,
@@ -103,7 +113,13 @@ impl ChatTemplate {
             Some(_) => Some(metadata.get_str(CHAT_TEMPLATE_KEY)?),
             None => None,
         };
-        ChatTemplate::or_fallback(source, bos_token, eos_token)
+        match source.filter(|t| !t.trim().is_empty()) {
+            Some(source) => ChatTemplate::new(source, bos_token, eos_token),
+            None => {
+                let arch = metadata.get_str("general.architecture").ok();
+                ChatTemplate::fallback(Fallback::for_architecture(arch), bos_token, eos_token)
+            }
+        }
     }
 
     /// Pin what `strftime_now` returns (it reads the local clock otherwise),
@@ -113,9 +129,19 @@ impl ChatTemplate {
         self
     }
 
-    /// Whether this is the ChatML fallback rather than the model's own.
+    /// Whether this is a fallback rather than the model's own.
     pub fn is_fallback(&self) -> bool {
-        self.is_fallback
+        self.fallback.is_some()
+    }
+
+    /// Which fallback this is, if it is one.
+    pub fn fallback_kind(&self) -> Option<Fallback> {
+        self.fallback
+    }
+
+    /// What to print on stderr when this is a fallback.
+    pub fn fallback_notice(&self) -> Option<&'static str> {
+        self.fallback.map(Fallback::notice)
     }
 
     pub fn bos_token(&self) -> Option<&str> {

@@ -44,6 +44,43 @@ fn gguf_without_template_falls_back() {
     assert!(template.is_fallback(), "a blank template counts as none");
 }
 
+/// Gemma 3 270M ships without a template: a Gemma file gets Gemma's turn
+/// format (a system message opens the first user turn), checked against
+/// the rendering of Google's gemma-2 template where they overlap.
+#[test]
+fn gemma_without_template_gets_gemma_turns() {
+    let mut md = Metadata::new();
+    md.set("general.architecture", Value::String("gemma3".into()));
+    let template = ChatTemplate::from_gguf(&md, Some("<bos>"), Some("<eos>")).unwrap();
+    assert_eq!(template.fallback_kind(), Some(chat::Fallback::Gemma));
+    assert!(template.fallback_notice().unwrap().contains("Gemma"));
+    assert_eq!(
+        template.render(&conversation(), true).unwrap(),
+        "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n\
+         <start_of_turn>model\nHello!<end_of_turn>\n\
+         <start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
+    );
+    let no_system = &conversation()[1..];
+    let gemma2 = ChatTemplate::new(
+        include_str!("fixtures/templates/google-gemma-2-2b-it.jinja"),
+        Some("<bos>"),
+        Some("<eos>"),
+    )
+    .unwrap();
+    assert_eq!(
+        template.render(no_system, true).unwrap(),
+        gemma2.render(no_system, true).unwrap()
+    );
+    let e = template
+        .render(&[Message::user("a"), Message::user("b")], true)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("alternate"), "{e}");
+    md.set("general.architecture", Value::String("llama".into()));
+    let template = ChatTemplate::from_gguf(&md, None, None).unwrap();
+    assert_eq!(template.fallback_kind(), Some(chat::Fallback::ChatMl));
+}
+
 #[test]
 fn gguf_template_is_used_with_its_tokens() {
     let mut md = Metadata::new();

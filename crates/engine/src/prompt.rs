@@ -45,18 +45,18 @@ pub struct TurnEnd {
     pub stop: Vec<String>,
 }
 
-/// The ends of a reply that `template` implies: with the ChatML fallback
-/// (a model without a template of its own) the model may not know
-/// `<|im_end|>` as an end-of-generation token, or even as a token, so both
-/// the token and the text stop it; a template without an end-of-turn token
+/// The ends of a reply that `template` implies: with a fallback (a model
+/// without a template of its own) the model may not know its turn end
+/// (`<|im_end|>`, Gemma's `<end_of_turn>`) as an end-of-generation token,
+/// or even as a token, so both the token and the text stop it; a template without an end-of-turn token
 /// (the built-in model's `Q:`/`A:` format) stops where the next user turn
 /// would begin.
 pub fn turn_end(template: &ChatTemplate, vocab: &Vocab) -> TurnEnd {
     let mut end = TurnEnd::default();
-    if template.is_fallback() {
-        let im_end = "<|im_end|>";
-        end.eog.extend(vocab.token_id(im_end));
-        end.stop.push(im_end.to_string());
+    if let Some(fallback) = template.fallback_kind() {
+        let turn_end = fallback.turn_end();
+        end.eog.extend(vocab.token_id(turn_end));
+        end.stop.push(turn_end.to_string());
     }
     end.stop.extend(template.turn_stop());
     end

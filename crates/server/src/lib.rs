@@ -290,8 +290,8 @@ fn chat_template(file: &GgufFile, vocab: &Vocab) -> ChatTemplate {
         eprintln!("cachefit: warning: the model's chat template does not compile ({e})");
         ChatTemplate::chatml_fallback(bos, eos).expect("the ChatML template compiles")
     });
-    if template.is_fallback() {
-        eprintln!("cachefit: {}", chat::FALLBACK_NOTICE);
+    if let Some(notice) = template.fallback_notice() {
+        eprintln!("cachefit: {notice}");
     }
     template
 }

@@ -143,8 +143,8 @@ pub fn run(args: Args) -> Result<()> {
         pools_line,
         kernels::selected().isa().name()
     );
-    if template.is_fallback() {
-        eprintln!("cachefit: {}", chat::FALLBACK_NOTICE);
+    if let Some(notice) = template.fallback_notice() {
+        eprintln!("cachefit: {notice}");
     }
     let mut params = args.gen.params(n_ctx);
     let base_seed = *params

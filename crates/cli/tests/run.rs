@@ -338,7 +338,7 @@ fn model_without_tokenizer_or_unknown_arch() {
         (
             "arch.gguf",
             "arch",
-            "not supported (supported: llama, qwen2, qwen3, cachefit)",
+            "not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, cachefit)",
         ),
     ] {
         let mut md = src.metadata().clone();

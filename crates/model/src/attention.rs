@@ -13,24 +13,37 @@ fn attention<'a, T: KvElement>(
     keys: &'a [T],
     values: &'a [T],
     n_ctx: usize,
-    pos: usize,
-    scale: f32,
+    span: std::ops::RangeInclusive<usize>,
+    scale: Scale,
 ) -> Attention<'a, T> {
+    // Positions `first..=last`: the layout puts position p of dimension i
+    // at i·n_ctx + p, so starting the slices at `first` shifts every row.
+    let (first, last) = (*span.start(), *span.end());
     Attention {
         q,
         head_dim: hd,
-        keys,
-        values,
+        keys: &keys[first..],
+        values: &values[first..],
         stride: n_ctx,
-        n_pos: pos + 1,
-        scale,
+        n_pos: last + 1 - first,
+        scale: scale.scale,
+        softcap: scale.softcap,
     }
 }
 
-/// One token at `pos`: its query heads `qg` `(group, hd)` that share kv
-/// head `kv_head` attend over positions `0..=pos` of `cols`, a layer of
-/// `n_ctx` positions; `out` gets `(group, hd)`. `scores` holds at least
-/// `group ·` [`vecops::scores_len`]`(n_ctx)` floats.
+/// How scores are scaled before the softmax: `scale · q·k`, then
+/// `softcap · tanh(s / softcap)` when `softcap > 0`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Scale {
+    pub scale: f32,
+    pub softcap: f32,
+}
+
+/// One token: its query heads `qg` `(group, hd)` that share kv head
+/// `kv_head` attend over positions `visible` (`0..=pos`, or a sliding
+/// window's last positions) of `cols`, a layer of `n_ctx` positions; `out`
+/// gets `(group, hd)`. `scores` holds at least `group ·`
+/// [`vecops::scores_len`]`(n_ctx)` floats.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend_columns(
     cols: Columns<'_>,
@@ -38,8 +51,8 @@ pub(crate) fn attend_columns(
     hd: usize,
     n_ctx: usize,
     qg: &[f32],
-    pos: usize,
-    scale: f32,
+    visible: std::ops::RangeInclusive<usize>,
+    scale: Scale,
     scores: &mut [f32],
     out: &mut [f32],
 ) {
@@ -48,11 +61,11 @@ pub(crate) fn attend_columns(
     match cols {
         Columns::F16 { keys, values } => {
             let (k, v) = (&keys[span.clone()], &values[span]);
-            vecops::attend_f16(&attention(qg, hd, k, v, n_ctx, pos, scale), scores, out)
+            vecops::attend_f16(&attention(qg, hd, k, v, n_ctx, visible, scale), scores, out)
         }
         Columns::F32 { keys, values } => {
             let (k, v) = (&keys[span.clone()], &values[span]);
-            vecops::attend(&attention(qg, hd, k, v, n_ctx, pos, scale), scores, out)
+            vecops::attend(&attention(qg, hd, k, v, n_ctx, visible, scale), scores, out)
         }
     }
 }

@@ -73,6 +73,66 @@ impl<'a> Binder<'a> {
         Ok(t)
     }
 
+    /// Rows `from..from + n` of `m` (a fused tensor named `name`) as a
+    /// matrix of their own: a view of the same bytes, or a copy where the
+    /// view would start off the kernels' alignment.
+    pub(crate) fn rows(
+        &self,
+        name: &str,
+        m: &QMatrix<'a>,
+        from: usize,
+        n: usize,
+    ) -> Result<QMatrix<'a>, Error> {
+        let rb = m.row_bytes();
+        let bytes = self.aligned(&m.data()[from * rb..(from + n) * rb])?;
+        QMatrix::new(m.ty(), n, m.cols(), bytes).map_err(|e| Error::Tensor {
+            name: name.to_string(),
+            problem: format!("rows {from}..{}: {e}", from + n),
+        })
+    }
+
+    /// `bytes` where a matrix may start: in place, or copied to a buffer
+    /// that lives as long as the file.
+    fn aligned(&self, bytes: &'a [u8]) -> Result<&'a [u8], Error> {
+        if (bytes.as_ptr() as usize).is_multiple_of(kernels::matrix::DATA_ALIGN) {
+            return Ok(bytes);
+        }
+        Ok(self
+            .file
+            .keep_derived(bytes.len(), |buf| buf.copy_from_slice(bytes))?)
+    }
+
+    /// The `count` matrices `rows × cols` of a 3-D expert tensor (ggml
+    /// dims `[cols, rows, count]`), each in row tiles where they pay.
+    pub(crate) fn experts(
+        &self,
+        name: &str,
+        count: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Vec<QMatrix<'a>>, Error> {
+        let (info, data) = self.tensor(name)?;
+        let bad = |problem: String| Error::Tensor {
+            name: name.to_string(),
+            problem,
+        };
+        if info.dims != [cols as u64, rows as u64, count as u64] {
+            return Err(bad(format!(
+                "shape {:?}, expected [{cols}, {rows}, {count}]",
+                info.dims
+            )));
+        }
+        let per = data.len() / count;
+        (0..count)
+            .map(|e| {
+                let bytes = self.aligned(&data[e * per..(e + 1) * per])?;
+                let m = QMatrix::new(info.ty, rows, cols, bytes)
+                    .map_err(|err| bad(format!("expert {e}: {err}")))?;
+                self.tiled(name, m)
+            })
+            .collect()
+    }
+
     /// A vector of `len` elements as f32: borrowed if stored as F32.
     pub(crate) fn vector(&self, name: &str, len: usize) -> Result<Cow<'a, [f32]>, Error> {
         let (info, data) = self.tensor(name)?;

@@ -8,9 +8,15 @@ use kernels::ops::RopeParams;
 /// The architectures, by their `general.architecture` name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
+    /// Llama 2/3, Mistral, Mixtral (experts), SmolLM2, TinyLlama.
     Llama,
     Qwen2,
     Qwen3,
+    /// Qwen3 with a mixture of experts.
+    Qwen3Moe,
+    Gemma2,
+    Gemma3,
+    Phi3,
     /// The cache-fit models of issue 5 (docs/CACHEFIT-FORMAT.md).
     Cachefit,
 }
@@ -27,13 +33,26 @@ pub const SUPPORTED_ARCHS: [&str; Arch::ALL.len()] = {
 };
 
 impl Arch {
-    pub const ALL: [Arch; 4] = [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Cachefit];
+    pub const ALL: [Arch; 8] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Qwen3Moe,
+        Arch::Gemma2,
+        Arch::Gemma3,
+        Arch::Phi3,
+        Arch::Cachefit,
+    ];
 
     pub const fn name(self) -> &'static str {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::Gemma2 => "gemma2",
+            Arch::Gemma3 => "gemma3",
+            Arch::Phi3 => "phi3",
             Arch::Cachefit => "cachefit",
         }
     }
@@ -65,8 +84,11 @@ pub struct ModelConfig {
     pub rope: RopeParams,
     /// q/k/v projections have biases (qwen2).
     pub qkv_bias: bool,
-    /// Per-head RMSNorm of q and k before RoPE (qwen3).
+    /// Per-head RMSNorm of q and k before RoPE (qwen3, gemma3).
     pub qk_norm: bool,
+    /// What sets the other members of the llama family apart (Gemma's
+    /// norms and window, experts, Phi-3's RoPE factors); plain for llama.
+    pub variant: Variant,
     /// Blocks, convolution and soft cap of a `cachefit` model (`None` for
     /// the llama family).
     pub cachefit: Option<CachefitConfig>,
@@ -120,6 +142,91 @@ impl ModelConfig {
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
     }
+}
+
+/// The llama family's departures from Llama, each off in
+/// [`Variant::plain`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Variant {
+    /// The MLP gate's activation.
+    pub act: Activation,
+    /// Multiplies the token embeddings (Gemma: √dim).
+    pub embed_scale: f32,
+    /// RMSNorm of the attention and MLP outputs before each residual add
+    /// (`post_attention_norm`, `post_ffw_norm`: Gemma 2 and 3).
+    pub post_norms: bool,
+    /// Multiplies q·k (1/√head_dim unless the architecture says otherwise).
+    pub attn_scale: f32,
+    /// `cap · tanh(s / cap)` of the attention scores, 0 for none (Gemma 2).
+    pub attn_softcap: f32,
+    /// The same for the logits (Gemma 2).
+    pub final_softcap: f32,
+    /// Sliding-window attention on some layers.
+    pub swa: Option<SlidingWindow>,
+    /// Mixture of experts in place of every layer's MLP.
+    pub experts: Option<Experts>,
+    /// Phi-3 LongRoPE: contexts longer than this use
+    /// `rope_factors_long.weight`, others `rope_factors_short.weight`.
+    pub long_rope_above: Option<usize>,
+}
+
+impl Variant {
+    /// Llama's: SiLU, no scaling, no caps, full attention, one MLP.
+    pub fn plain(head_dim: usize) -> Variant {
+        Variant {
+            act: Activation::Silu,
+            embed_scale: 1.0,
+            post_norms: false,
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            attn_softcap: 0.0,
+            final_softcap: 0.0,
+            swa: None,
+            experts: None,
+            long_rope_above: None,
+        }
+    }
+}
+
+/// The gate activation of a gated MLP: `act(x·Wgateᵀ) ⊙ x·Wupᵀ`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU.
+    Silu,
+    /// GeGLU with GELU's tanh approximation (Gemma).
+    GeluTanh,
+}
+
+/// Layers that attend only to the last `window` positions: a token at `p`
+/// sees keys at `p - window + 1 ..= p` (llama.cpp's standard window: a key
+/// at `k` is masked when `p - k >= window`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlidingWindow {
+    pub window: usize,
+    /// `(n_layers,)`: which layers use the window.
+    pub layers: Vec<bool>,
+    /// RoPE of the windowed layers (Gemma 3 gives them their own base).
+    pub rope: RopeParams,
+}
+
+impl SlidingWindow {
+    /// First position a token at `pos` attends to in layer `layer`.
+    pub fn first_visible(&self, layer: usize, pos: usize) -> usize {
+        if self.layers[layer] {
+            (pos + 1).saturating_sub(self.window)
+        } else {
+            0
+        }
+    }
+}
+
+/// A mixture of experts: a router picks `used` of `count` gated MLPs per
+/// token (softmax over all, top `used`, weights renormalized to sum 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Experts {
+    pub count: usize,
+    pub used: usize,
+    /// Hidden width of one expert.
+    pub ffn_dim: usize,
 }
 
 /// One block of a `cachefit` model.

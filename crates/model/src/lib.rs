@@ -37,7 +37,10 @@ mod pass;
 
 pub use arch::{Model, State, Weights};
 pub use batch::{Logits, StateOptions, Token, DEFAULT_BATCH};
-pub use config::{Arch, BlockKind, CachefitConfig, ModelConfig, SUPPORTED_ARCHS};
+pub use config::{
+    Activation, Arch, BlockKind, CachefitConfig, Experts, ModelConfig, SlidingWindow, Variant,
+    SUPPORTED_ARCHS,
+};
 pub use error::Error;
 pub use kv_cache::{KvCache, KvType};
 pub use memory::{mem_available, MemoryEstimate};

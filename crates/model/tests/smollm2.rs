@@ -50,7 +50,10 @@ fn config_and_weights_bind() {
     // (AVX-512 here), the embedding rows left as stored.
     let tiled = kernels::quant::tiles::wanted();
     for l in &w.layers {
-        for m in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
+        for m in [&l.wq, &l.wk, &l.wv, &l.wo]
+            .into_iter()
+            .chain(l.ffn.matrices())
+        {
             assert_eq!(m.tiles().is_some(), tiled, "{m:?}");
         }
     }

@@ -21,6 +21,9 @@ pub fn models_dir() -> PathBuf {
 /// SmolLM2-135M-Instruct Q4_1, the real model the tests run on.
 pub const SMOLLM2_Q4_1: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
+/// Gemma 3 270M, Q4_K_M (`scripts/fetch-models.sh`).
+pub const GEMMA3_270M: &str = "gemma-3-270m-Q4_K_M.gguf";
+
 /// The path of a fetched test model, or `None` after a loud note on stderr
 /// when it is missing. With `CACHEFIT_REQUIRE_MODELS=1` (set by CI) a missing
 /// model is a test failure instead: CI never skips.

@@ -418,6 +418,33 @@ fn pin_threads(pool: &ThreadPool, cpus: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// llama.cpp's name for an `enum llama_ftype` (`llama_model_ftype_name`).
+fn ftype_name(ftype: u32) -> Option<&'static str> {
+    Some(match ftype {
+        0 => "all F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K - Medium",
+        11 => "Q3_K - Small",
+        12 => "Q3_K - Medium",
+        13 => "Q3_K - Large",
+        14 => "Q4_K - Small",
+        15 => "Q4_K - Medium",
+        16 => "Q5_K - Small",
+        17 => "Q5_K - Medium",
+        18 => "Q6_K",
+        21 => "Q2_K - Small",
+        32 => "BF16",
+        36 => "TQ1_0 - 1.69 bpw ternary",
+        37 => "TQ2_0 - 2.06 bpw ternary",
+        _ => return None,
+    })
+}
+
 fn model_info(
     source: &ModelSource,
     file: &GgufFile,
@@ -432,10 +459,16 @@ fn model_info(
     for t in file.tensors() {
         *by_type.entry(t.ty).or_default() += t.n_bytes;
     }
-    let main_type = by_type
-        .iter()
-        .max_by_key(|(_, &b)| b)
-        .map_or("?", |(ty, _)| ty.name());
+    // A file that says its `general.file_type` (a quantization mix such
+    // as Q4_K_M) is named by it, as llama-bench does.
+    let ftype = file.metadata().get_u32("general.file_type").ok();
+    let main_type = match ftype.and_then(ftype_name) {
+        Some(name) => name,
+        None => by_type
+            .iter()
+            .max_by_key(|(_, &b)| b)
+            .map_or("?", |(ty, _)| ty.name()),
+    };
     let params = match n_params {
         n if n >= 1_000_000_000 => format!("{:.1}B", n as f64 / 1e9),
         n if n >= 1_000_000 => format!("{:.0}M", n as f64 / 1e6),

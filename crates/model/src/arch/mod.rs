@@ -23,7 +23,7 @@ use kernels::pool::ThreadPool;
 
 /// The weights of one architecture, bound in place from a file.
 pub enum Weights<'a> {
-    /// llama, qwen2, qwen3.
+    /// The llama family: every [`Arch`] but `cachefit`.
     Llama(llama::Weights<'a>),
     Cachefit(cachefit::Weights<'a>),
 }
@@ -45,8 +45,8 @@ impl ModelConfig {
             arch: name.to_string(),
         })?;
         match arch {
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => llama::read_config(md, arch),
             Arch::Cachefit => cachefit::read_config(md),
+            _ => llama::read_config(md, arch),
         }?
         .checked_numbers(name)
     }
@@ -62,8 +62,8 @@ impl MemoryEstimate {
     /// here; making the state reports it).
     pub fn for_state(cfg: &ModelConfig, weights_bytes: u64, o: &StateOptions) -> MemoryEstimate {
         match cfg.arch {
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => llama::memory(cfg, weights_bytes, o),
             Arch::Cachefit => cachefit::memory(cfg, weights_bytes, o),
+            _ => llama::memory(cfg, weights_bytes, o),
         }
     }
 }
@@ -79,10 +79,8 @@ impl<'a> Model<'a> {
     /// Bind the tensors `cfg.arch` needs, checking every shape.
     pub fn from_gguf(file: &'a GgufFile, cfg: &ModelConfig) -> Result<Model<'a>, Error> {
         let weights = match cfg.arch {
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
-                Weights::Llama(llama::Weights::from_gguf(file, cfg)?)
-            }
             Arch::Cachefit => Weights::Cachefit(cachefit::Weights::from_gguf(file, cfg)?),
+            _ => Weights::Llama(llama::Weights::from_gguf(file, cfg)?),
         };
         Ok(Model {
             cfg: cfg.clone(),

@@ -1,6 +1,6 @@
 //! The `cachefit.*` metadata keys (docs/CACHEFIT-FORMAT.md, "Metadata").
 
-use crate::config::{Arch, BlockKind, CachefitConfig, ModelConfig};
+use crate::config::{Arch, BlockKind, CachefitConfig, ModelConfig, Variant};
 use crate::Error;
 use gguf::Metadata;
 use kernels::ops::{RopeLayout, RopeParams};
@@ -93,14 +93,10 @@ pub(crate) fn read(md: &Metadata) -> Result<ModelConfig, Error> {
         vocab_size,
         context_length,
         norm_eps,
-        rope: RopeParams {
-            n_rot: head_dim,
-            freq_base,
-            freq_scale: 1.0,
-            layout: RopeLayout::NeoX,
-        },
+        rope: RopeParams::new(head_dim, freq_base, 1.0, RopeLayout::NeoX),
         qkv_bias: false,
         qk_norm: false,
+        variant: Variant::plain(head_dim),
         cachefit: Some(CachefitConfig {
             blocks,
             conv_kernel,

@@ -47,7 +47,7 @@
 //! and a batch at position 0 needs no reset.
 
 use super::weights::{Activations, Block, Matrix, Mixer, Weights, TOKENS_PER_PASS};
-use crate::attention::attend_columns;
+use crate::attention::{attend_columns, Scale};
 use crate::batch::{check_batch, Batch, StateOptions, Token};
 use crate::capture::Capture;
 use crate::config::{BlockKind, ModelConfig};
@@ -487,7 +487,20 @@ impl Lane {
                 .chunks_exact(group * hd)
                 .zip(o.chunks_exact_mut(group * hd));
             for (g, (qg, og)) in groups.enumerate().take(cfg.n_kv_heads) {
-                attend_columns(cols, g, hd, n_ctx, qg, tok.pos, scale, &mut self.scores, og);
+                attend_columns(
+                    cols,
+                    g,
+                    hd,
+                    n_ctx,
+                    qg,
+                    0..=tok.pos,
+                    Scale {
+                        scale,
+                        softcap: 0.0,
+                    },
+                    &mut self.scores,
+                    og,
+                );
             }
         }
         let proj = &mut self.proj[..n * d];

@@ -11,4 +11,4 @@ mod weights;
 pub(crate) use config::read as read_config;
 pub(crate) use pass::memory;
 pub use pass::State;
-pub use weights::{LayerWeights, Weights};
+pub use weights::{Ffn, LayerWeights, LongShort, Weights};

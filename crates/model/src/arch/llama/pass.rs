@@ -28,15 +28,16 @@
 //! token at a time. All buffers are allocated in [`State::new`]; a call
 //! allocates nothing.
 
-use super::weights::Weights;
-use crate::attention::attend_columns;
+use super::weights::{Ffn, Weights};
+use crate::attention::{attend_columns, Scale};
 use crate::batch::{check_batch, Batch, StateOptions};
-use crate::config::ModelConfig;
+use crate::config::{Activation, ModelConfig};
 use crate::kv_cache::{KvCache, KvType};
 use crate::memory::MemoryEstimate;
 use crate::pass::{Outputs, Pass};
 use crate::Error;
 use kernels::matmul::{matmul, matmul_each, MatmulScratch};
+use kernels::matrix::QMatrix;
 use kernels::ops;
 use kernels::pool::ThreadPool;
 use kernels::vecops;
@@ -55,18 +56,24 @@ pub struct State<'m> {
     w: &'m Weights<'m>,
     n_ctx: usize,
     n_batch: usize,
-    x: Vec<f32>,          // (n_batch, dim) residual stream
-    xb: Vec<f32>,         // (n_batch, dim) normed input of a block
-    q: Vec<f32>,          // (n_batch, q_dim)
-    k: Vec<f32>,          // (n_batch, kv_dim)
-    v: Vec<f32>,          // (n_batch, kv_dim)
-    att_out: Vec<f32>,    // (n_batch, q_dim) heads' weighted values
-    proj: Vec<f32>,       // (n_batch, dim) output of Wo / Wdown
-    heads: Vec<f32>,      // (n_batch, attention_floats) per head: scores, output
-    hb: Vec<f32>,         // (n_batch, ffn_dim) gate, then silu(gate)·up
-    hb2: Vec<f32>,        // (n_batch, ffn_dim) up
-    cos: Vec<f32>,        // (n_batch, n_rot/2)
-    sin: Vec<f32>,        // (n_batch, n_rot/2)
+    x: Vec<f32>,       // (n_batch, dim) residual stream
+    xb: Vec<f32>,      // (n_batch, dim) normed input of a block
+    q: Vec<f32>,       // (n_batch, q_dim)
+    k: Vec<f32>,       // (n_batch, kv_dim)
+    v: Vec<f32>,       // (n_batch, kv_dim)
+    att_out: Vec<f32>, // (n_batch, q_dim) heads' weighted values
+    proj: Vec<f32>,    // (n_batch, dim) output of Wo / Wdown
+    heads: Vec<f32>,   // (n_batch, attention_floats) per head: scores, output
+    hb: Vec<f32>,      // (n_batch, ffn_dim) gate, then silu(gate)·up
+    hb2: Vec<f32>,     // (n_batch, ffn_dim) up
+    cos: Vec<f32>,     // (n_batch, n_rot/2)
+    sin: Vec<f32>,     // (n_batch, n_rot/2)
+    cos_swa: Vec<f32>, // (n_batch, n_rot/2) sliding-window layers' RoPE, if any
+    sin_swa: Vec<f32>, // (n_batch, n_rot/2)
+    /// RoPE frequency factors: Llama 3's, or Phi-3's long or short ones
+    /// for this state's context.
+    rope_factors: Option<&'m [f32]>,
+    moe: Option<MoeBuffers>,
     caches: Vec<KvCache>, // one per sequence
     kf: Vec<f32>, // (n_ctx, kv_dim) q8_0 only: one layer's keys widened, for a group of sequences
     vf: Vec<f32>, // (n_ctx, kv_dim) ... and values
@@ -102,10 +109,29 @@ impl<'m> State<'m> {
             att_out: vec![0.0; nb * cfg.q_dim()],
             proj: vec![0.0; nb * cfg.dim],
             heads: vec![0.0; nb * attention_floats(cfg, n_ctx)],
-            hb: vec![0.0; nb * cfg.ffn_dim],
-            hb2: vec![0.0; nb * cfg.ffn_dim],
+            hb: vec![0.0; nb * ffn_width(cfg)],
+            hb2: vec![0.0; nb * ffn_width(cfg)],
             cos: vec![0.0; nb * cfg.rope.n_rot / 2],
             sin: vec![0.0; nb * cfg.rope.n_rot / 2],
+            cos_swa: vec![0.0; swa_rows(cfg, nb) * cfg.rope.n_rot / 2],
+            sin_swa: vec![0.0; swa_rows(cfg, nb) * cfg.rope.n_rot / 2],
+            rope_factors: match (
+                &w.rope_freqs,
+                &w.rope_long_short,
+                cfg.variant.long_rope_above,
+            ) {
+                (Some(f), _, _) => Some(&**f),
+                // llama.cpp's `get_rope_factors`: long ones for a context
+                // beyond the original one.
+                (None, Some(f), Some(above)) => {
+                    Some(if n_ctx > above { &*f.long } else { &*f.short })
+                }
+                _ => None,
+            },
+            moe: cfg
+                .variant
+                .experts
+                .map(|e| MoeBuffers::new(cfg.dim, &e, nb)),
             caches,
             kf: vec![0.0; widened_kv(cfg, o)],
             vf: vec![0.0; widened_kv(cfg, o)],
@@ -116,7 +142,10 @@ impl<'m> State<'m> {
         };
         s.scratch.reserve(&w.output, o.logit_rows());
         for l in &w.layers {
-            for m in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
+            for m in [&l.wq, &l.wk, &l.wv, &l.wo]
+                .into_iter()
+                .chain(l.ffn.matrices())
+            {
                 s.scratch.reserve(m, nb);
             }
         }
@@ -131,8 +160,12 @@ impl<'m> State<'m> {
     /// x = embedding rows of the tokens, `(n, dim)`.
     fn embed(&mut self, batch: &Batch<'_>) {
         let (dim, emb) = (self.cfg.dim, &self.w.token_embd);
+        let scale = self.cfg.variant.embed_scale;
         for (i, xt) in self.x[..batch.n * dim].chunks_exact_mut(dim).enumerate() {
             (emb.traits().to_float)(emb.row(batch.get(i).id as usize), xt);
+            if scale != 1.0 {
+                ops::scale_inplace(xt, scale); // Gemma: √dim
+            }
         }
     }
 
@@ -147,8 +180,15 @@ impl<'m> State<'m> {
                 .chunks_exact_mut(half)
                 .zip(self.sin.chunks_exact_mut(half));
             for (t, (c, s)) in rows.take(batch.n).enumerate() {
-                let freqs = self.w.rope_freqs.as_deref();
+                let freqs = self.rope_factors;
                 ops::rope_freqs(&self.cfg.rope, batch.get(t).pos, freqs, c, s);
+            }
+            if let Some(swa) = &self.cfg.variant.swa {
+                let rows =
+                    (self.cos_swa.chunks_exact_mut(half)).zip(self.sin_swa.chunks_exact_mut(half));
+                for (t, (c, s)) in rows.take(batch.n).enumerate() {
+                    ops::rope_freqs(&swa.rope, batch.get(t).pos, None, c, s);
+                }
             }
         }
         self.seq_last.fill(usize::MAX);
@@ -197,7 +237,13 @@ impl<'m> State<'m> {
             if let Some(s) = slot {
                 self.out.capture.store(s, t, qt, kt);
             }
-            let (c, sn) = (&self.cos[t * half..][..half], &self.sin[t * half..][..half]);
+            let windowed = cfg.variant.swa.as_ref().is_some_and(|w| w.layers[li]);
+            let (cos, sin) = if windowed {
+                (&self.cos_swa, &self.sin_swa)
+            } else {
+                (&self.cos, &self.sin)
+            };
+            let (c, sn) = (&cos[t * half..][..half], &sin[t * half..][..half]);
             for h in qt.chunks_exact_mut(hd).chain(kt.chunks_exact_mut(hd)) {
                 ops::rope(h, c, sn, cfg.rope.layout);
             }
@@ -225,7 +271,20 @@ impl<'m> State<'m> {
             proj,
             &mut self.scratch,
         ); // (n, dim)
+        if let Some(w) = &self.w.layers[li].post_attn_norm {
+            for p in proj.chunks_exact_mut(dim) {
+                ops::rmsnorm_inplace(p, w, self.cfg.norm_eps);
+            }
+        }
         ops::add_inplace(&mut self.x[..n * dim], proj);
+    }
+
+    /// How this model scales attention scores.
+    fn scale(&self) -> Scale {
+        Scale {
+            scale: self.cfg.variant.attn_scale,
+            softcap: self.cfg.variant.attn_softcap,
+        }
     }
 
     /// f16/f32 caches, stored by columns: the multi-head kernel reads them
@@ -240,7 +299,7 @@ impl<'m> State<'m> {
             cfg.n_kv_heads,
         );
         let group = cfg.n_heads / nkv;
-        let scale = 1.0 / (hd as f32).sqrt();
+        let scale = self.scale();
         let (q, caches) = (&self.q[..n * q_dim], &*self.caches);
         let sl = vecops::scores_len(n_ctx);
         let item = group * (sl + hd); // the group's scores, then its output
@@ -253,7 +312,8 @@ impl<'m> State<'m> {
             let qg = &q[t * q_dim + g * group * hd..][..group * hd]; // (group, head_dim)
             let cols = caches[tok.seq].layer(li).columns();
             let cols = cols.expect("every cache of a state has the same type");
-            attend_columns(cols, g, hd, n_ctx, qg, tok.pos, scale, scores, out);
+            let first = visible_from(cfg, li, tok.pos);
+            attend_columns(cols, g, hd, n_ctx, qg, first..=tok.pos, scale, scores, out);
         };
         let work: usize = batch.iter().map(|t| cfg.n_heads * (t.pos + 1)).sum();
         if pool.n_threads() > 1 && work >= PARALLEL_ATTENTION_FROM {
@@ -283,7 +343,7 @@ impl<'m> State<'m> {
             if used == 0 {
                 break;
             }
-            self.attend_group(pool, batch);
+            self.attend_group(pool, li, batch);
         }
         let stride = head_stride(self.cfg, n_ctx);
         let heads = &self.heads[..n * self.cfg.n_heads * stride];
@@ -336,11 +396,11 @@ impl<'m> State<'m> {
 
     /// Per (token, query head) of the sequences widened into `kf`/`vf`:
     /// scores, softmax and the weighted sum of values, into `heads`.
-    fn attend_group(&mut self, pool: &ThreadPool, batch: &Batch<'_>) {
+    fn attend_group(&mut self, pool: &ThreadPool, li: usize, batch: &Batch<'_>) {
         let cfg = self.cfg;
         let (n, hd, q_dim, kv_dim, n_ctx) =
             (batch.n, cfg.head_dim, cfg.q_dim(), cfg.kv_dim(), self.n_ctx);
-        let (group, scale) = (cfg.n_heads / cfg.n_kv_heads, 1.0 / (hd as f32).sqrt());
+        let (group, scale) = (cfg.n_heads / cfg.n_kv_heads, self.scale());
         let stride = head_stride(cfg, n_ctx);
         let (q, kf, vf, base) = (&self.q[..n * q_dim], &*self.kf, &*self.vf, &*self.seq_base);
         // One (token, head) per chunk of `heads`: scores, then output.
@@ -357,11 +417,16 @@ impl<'m> State<'m> {
             let q_h = &q[t * q_dim + h * hd..][..hd]; // (head_dim,)
             let (scores, rest) = buf.split_at_mut(n_ctx);
             let out = &mut rest[..hd]; // (head_dim,)
-            let att = &mut scores[..=tok.pos]; // (pos + 1,)
-                                               // Key/value row p of this kv head: kf[p·kv_dim + kvh·hd..][..hd].
+            let first = visible_from(cfg, li, tok.pos);
+            let att = &mut scores[first..=tok.pos]; // (pos + 1 - first,)
+                                                    // Key/value row p of this kv head: kf[p·kv_dim + kvh·hd..][..hd].
+            let (kf, vf) = (&kf[first * kv_dim..], &vf[first * kv_dim..]);
             ops::dot_rows(q_h, &kf[kvh * hd..], kv_dim, att);
             for a in att.iter_mut() {
-                *a *= scale;
+                *a *= scale.scale;
+            }
+            if scale.softcap > 0.0 {
+                vecops::softcap(att, scale.softcap);
             }
             ops::softmax(att);
             out.fill(0.0);
@@ -383,21 +448,45 @@ impl<'m> State<'m> {
         }
     }
 
-    /// xb = rmsnorm(x); x += (silu(xb·Wgateᵀ) ⊙ xb·Wupᵀ)·Wdownᵀ.
+    /// xb = rmsnorm(x); x += (act(xb·Wgateᵀ) ⊙ xb·Wupᵀ)·Wdownᵀ, or the
+    /// same through each token's experts; Gemma norms the sum first.
     fn mlp(&mut self, pool: &ThreadPool, li: usize, n: usize) {
         let (cfg, l) = (self.cfg, &self.w.layers[li]);
-        let (dim, ffn) = (cfg.dim, cfg.ffn_dim);
+        let dim = cfg.dim;
         let (x, xb) = (&mut self.x[..n * dim], &mut self.xb[..n * dim]);
         for (o, xt) in xb.chunks_exact_mut(dim).zip(x.chunks_exact(dim)) {
             ops::rmsnorm(o, xt, &l.ffn_norm, cfg.norm_eps);
         }
-        // gate and up (n, ffn_dim) each, from one quantized input.
-        let (hb, hb2) = (&mut self.hb[..n * ffn], &mut self.hb2[..n * ffn]);
-        let outs = &mut [&mut *hb, &mut *hb2];
-        matmul_each(pool, &[&l.w_gate, &l.w_up], xb, outs, &mut self.scratch);
-        ops::swiglu(hb, hb2);
         let proj = &mut self.proj[..n * dim];
-        matmul(pool, &l.w_down, hb, proj, &mut self.scratch); // (n, dim)
+        match &l.ffn {
+            Ffn::Dense { gate, up, down } => {
+                let ffn = cfg.ffn_dim;
+                // gate and up (n, ffn_dim) each, from one quantized input.
+                let (hb, hb2) = (&mut self.hb[..n * ffn], &mut self.hb2[..n * ffn]);
+                let outs = &mut [&mut *hb, &mut *hb2];
+                matmul_each(pool, &[gate, up], xb, outs, &mut self.scratch);
+                gated(cfg.variant.act, hb, hb2);
+                matmul(pool, down, hb, proj, &mut self.scratch); // (n, dim)
+            }
+            Ffn::Experts {
+                router,
+                gate,
+                up,
+                down,
+            } => {
+                let moe = self
+                    .moe
+                    .as_mut()
+                    .expect("a mixture's state has its buffers");
+                let bufs = (&mut self.hb, &mut self.hb2, &mut self.scratch);
+                moe.run(pool, cfg, (router, gate, up, down), xb, n, proj, bufs);
+            }
+        }
+        if let Some(w) = &l.post_ffn_norm {
+            for p in proj.chunks_exact_mut(dim) {
+                ops::rmsnorm_inplace(p, w, cfg.norm_eps);
+            }
+        }
         ops::add_inplace(x, proj);
     }
 
@@ -418,6 +507,9 @@ impl<'m> State<'m> {
         self.out.n_logits = n_logits;
         let logits = &mut self.out.logits[..n_logits];
         matmul(pool, &w.output, xb, logits, &mut self.scratch);
+        if cfg.variant.final_softcap > 0.0 {
+            vecops::softcap(logits, cfg.variant.final_softcap); // Gemma 2
+        }
     }
 }
 
@@ -473,6 +565,142 @@ impl Pass for State<'_> {
     }
 }
 
+/// `gate = act(gate) ⊙ up`.
+fn gated(act: Activation, gate: &mut [f32], up: &[f32]) {
+    match act {
+        Activation::Silu => ops::swiglu(gate, up),
+        Activation::GeluTanh => ops::geglu(gate, up),
+    }
+}
+
+/// First position a token at `pos` sees in layer `li` (0 but in a
+/// sliding-window layer).
+fn visible_from(cfg: &ModelConfig, li: usize, pos: usize) -> usize {
+    cfg.variant
+        .swa
+        .as_ref()
+        .map_or(0, |w| w.first_visible(li, pos))
+}
+
+/// Rows of the windowed layers' cos/sin tables (none without a window).
+fn swa_rows(cfg: &ModelConfig, n_batch: usize) -> usize {
+    if cfg.variant.swa.is_some() {
+        n_batch
+    } else {
+        0
+    }
+}
+
+/// Width of the MLP's hidden buffers: the MLP's, or one expert's.
+fn ffn_width(cfg: &ModelConfig) -> usize {
+    cfg.variant.experts.map_or(cfg.ffn_dim, |e| e.ffn_dim)
+}
+
+/// The buffers of a mixture of experts: router outputs, each token's
+/// choice, and one expert's batch gathered from the tokens that chose it.
+struct MoeBuffers {
+    router: Vec<f32>,        // (n_batch, n_expert) logits, then probabilities
+    chosen: Vec<(u32, f32)>, // (n_batch, used) expert and weight, by expert
+    rows: Vec<usize>,        // tokens routed to the current expert
+    weights: Vec<f32>,       // their weights
+    xe: Vec<f32>,            // (n_batch, dim) their inputs
+    ye: Vec<f32>,            // (n_batch, dim) the expert's outputs
+}
+
+impl MoeBuffers {
+    fn new(dim: usize, e: &crate::config::Experts, nb: usize) -> MoeBuffers {
+        MoeBuffers {
+            router: vec![0.0; nb * e.count],
+            chosen: vec![(0, 0.0); nb * e.used],
+            rows: Vec::with_capacity(nb),
+            weights: Vec::with_capacity(nb),
+            xe: vec![0.0; nb * dim],
+            ye: vec![0.0; nb * dim],
+        }
+    }
+
+    /// `proj` `(n, dim)` = Σ over each token's chosen experts of weight ·
+    /// expert(xb). Routing as llama.cpp's `build_moe_ffn` with softmax
+    /// gating and `norm_w`: softmax over all experts, the `used` largest
+    /// (lower index first on ties), their weights divided by their sum.
+    /// Each expert's matrices are read once for all the tokens that chose
+    /// it, and only chosen experts are read at all. A token's sum runs over
+    /// its experts in expert order, whatever else is in the batch.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn run(
+        &mut self,
+        pool: &ThreadPool,
+        cfg: &ModelConfig,
+        (router, gate, up, down): (&QMatrix<'_>, &[QMatrix<'_>], &[QMatrix<'_>], &[QMatrix<'_>]),
+        xb: &[f32],
+        n: usize,
+        proj: &mut [f32],
+        (hb, hb2, scratch): (&mut Vec<f32>, &mut Vec<f32>, &mut MatmulScratch),
+    ) {
+        let e = cfg.variant.experts.expect("called for a mixture");
+        let (dim, eff) = (cfg.dim, e.ffn_dim);
+        let probs = &mut self.router[..n * e.count];
+        matmul(pool, router, xb, probs, scratch); // (n, n_expert)
+        let chosen = &mut self.chosen[..n * e.used];
+        for (p, c) in probs
+            .chunks_exact_mut(e.count)
+            .zip(chosen.chunks_exact_mut(e.used))
+        {
+            ops::softmax(p);
+            choose_experts(p, c);
+        }
+        proj.fill(0.0);
+        for ex in 0..e.count {
+            self.rows.clear();
+            self.weights.clear();
+            for (t, c) in chosen.chunks_exact(e.used).enumerate() {
+                if let Some(&(_, w)) = c.iter().find(|(i, _)| *i as usize == ex) {
+                    self.rows.push(t);
+                    self.weights.push(w);
+                }
+            }
+            let m = self.rows.len();
+            if m == 0 {
+                continue;
+            }
+            let xe = &mut self.xe[..m * dim];
+            for (dst, &t) in xe.chunks_exact_mut(dim).zip(&self.rows) {
+                dst.copy_from_slice(&xb[t * dim..(t + 1) * dim]);
+            }
+            let (h, h2) = (&mut hb[..m * eff], &mut hb2[..m * eff]);
+            let outs = &mut [&mut *h, &mut *h2];
+            matmul_each(pool, &[&gate[ex], &up[ex]], xe, outs, scratch);
+            ops::swiglu(h, h2);
+            let ye = &mut self.ye[..m * dim];
+            matmul(pool, &down[ex], h, ye, scratch); // (m, dim)
+            for ((y, &t), &w) in ye.chunks_exact(dim).zip(&self.rows).zip(&self.weights) {
+                ops::axpy(&mut proj[t * dim..(t + 1) * dim], w, y);
+            }
+        }
+    }
+}
+
+/// The `c.len()` most probable experts of `probs`, with weights
+/// renormalized to sum to 1 (llama.cpp clamps the sum at f16's smallest
+/// normal), stored in expert order.
+fn choose_experts(probs: &[f32], c: &mut [(u32, f32)]) {
+    for slot in c.iter_mut() {
+        *slot = (u32::MAX, f32::NEG_INFINITY);
+    }
+    for (i, &p) in probs.iter().enumerate() {
+        // Insert into the sorted top list (descending; earlier index wins ties).
+        if let Some(at) = c.iter().position(|&(_, q)| p > q) {
+            c[at..].rotate_right(1);
+            c[at] = (i as u32, p);
+        }
+    }
+    let sum: f32 = c.iter().map(|&(_, w)| w).sum::<f32>().max(6.103_515_6e-5);
+    for slot in c.iter_mut() {
+        slot.1 /= sum;
+    }
+    c.sort_unstable_by_key(|&(i, _)| i);
+}
+
 /// Floats of one layer's keys (or values) widened to f32, for a cache
 /// stored by rows (q8_0); other caches are read in place.
 fn widened_kv(cfg: &ModelConfig, o: &StateOptions) -> usize {
@@ -504,9 +732,18 @@ pub(crate) fn memory(cfg: &ModelConfig, weights_bytes: u64, o: &StateOptions) ->
     let per_token = 4 * cfg.dim
         + 2 * cfg.q_dim()
         + 2 * cfg.kv_dim()
-        + 2 * cfg.ffn_dim
+        + 2 * ffn_width(cfg)
         + attention_floats(cfg, n_ctx)
-        + cfg.rope.n_rot;
+        + cfg.rope.n_rot
+        + if cfg.variant.swa.is_some() {
+            cfg.rope.n_rot
+        } else {
+            0
+        }
+        + cfg
+            .variant
+            .experts
+            .map_or(0, |e| e.count + 2 * cfg.dim + 2 * e.used);
     // Plus, for a q8_0 cache, one layer's K and V widened to f32.
     let floats = nb * per_token + o.logit_rows() * cfg.vocab_size + 2 * widened_kv(cfg, o);
     // Plus the quantized activations (at most ~1.1 bytes per input

@@ -97,12 +97,11 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
 /// GELU, tanh approximation, as ggml's CPU backend computes it:
 /// `0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²)))` of `x` rounded to f16,
 /// the result rounded to f16 (ggml reads it from a table indexed by the
-/// f16 input); exactly `0` below −10 and `x` above 10. The rounding is not
-/// a shortcut to copy blindly but it moves Gemma 3's perplexity: in f32
+/// f16 input, and so do we: [`gelu_tanh`] is a lookup); exactly `0` below
+/// −10 and `x` above 10. The rounding moves Gemma 3's perplexity: in f32
 /// throughout, Gemma 3 270M scored 0.4% below llama.cpp at 1024 positions,
 /// with it 0.04%.
-#[inline]
-pub fn gelu_tanh(x: f32) -> f32 {
+pub fn gelu_tanh_direct(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     if x <= -10.0 {
         0.0
@@ -113,6 +112,31 @@ pub fn gelu_tanh(x: f32) -> f32 {
         let g = 0.5 * h * (1.0 + (SQRT_2_OVER_PI * h * (1.0 + 0.044715 * h * h)).tanh());
         half::f16::from_f32(g).to_f32()
     }
+}
+
+/// [`gelu_tanh_direct`] by table: GELU of every f16 value, as f16 bits,
+/// built on first use (65,536 entries, 128 KiB). The tanh per element
+/// was 17% of Gemma 3's prompt time.
+#[inline]
+pub fn gelu_tanh(x: f32) -> f32 {
+    static TABLE: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    if x <= -10.0 {
+        return 0.0;
+    }
+    if x >= 10.0 {
+        return x;
+    }
+    let table = TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|bits| {
+                let h = half::f16::from_bits(bits).to_f32();
+                let g = if h.is_finite() { gelu_tanh_direct(h) } else { h };
+                half::f16::from_f32(g).to_bits()
+            })
+            .collect()
+    });
+    let i = half::f16::from_f32(x).to_bits() as usize;
+    half::f16::from_bits(table[i]).to_f32()
 }
 
 /// GeGLU in place: `gate[i] = gelu_tanh(gate[i]) * up[i]` (Gemma's MLP).
@@ -192,6 +216,18 @@ mod tests {
 
     fn close(a: f32, b: f32, tol: f32) -> bool {
         (a - b).abs() <= tol * (1.0 + b.abs())
+    }
+
+    /// The table equals the direct formula on every f16 input in range.
+    #[test]
+    fn gelu_table_equals_direct() {
+        for bits in 0..=u16::MAX {
+            let x = half::f16::from_bits(bits).to_f32();
+            if x.is_finite() {
+                let (t, d) = (gelu_tanh(x), gelu_tanh_direct(x));
+                assert!(t.to_bits() == d.to_bits(), "{bits:#06x} {x}: {t} vs {d}");
+            }
+        }
     }
 
     /// GeGLU against GELU's tanh form in f64 (on and to f16, as ggml's

@@ -18,6 +18,7 @@
 # model's memory).
 #   scripts/bench-vs-llamacpp.sh                 # SmolLM2 Q4_1, Q8_0, Q4_0, Q4_K_M; -t 1,2
 #   MODELS="Q4_1" THREADS="2" ROUNDS=3 REPS=2 scripts/bench-vs-llamacpp.sh
+#   MODELS="gemma3" scripts/bench-vs-llamacpp.sh   # Gemma 3 270M Q4_K_M as shipped
 #   BASELINE=/path/to/older/cachefit scripts/bench-vs-llamacpp.sh
 # BASELINE adds an older cachefit binary to every round, and a before/after
 # table (median over rounds of now/before) for changes that must not slow
@@ -47,6 +48,7 @@ src="$models_dir/SmolLM2-135M-Instruct.Q4_1.gguf"
 paths=()
 for q in ${MODELS:-Q4_1 Q8_0 Q4_0 Q4_K_M}; do
     if [ "$q" = Q4_1 ]; then paths+=("$src"); continue; fi
+    if [ "$q" = gemma3 ]; then paths+=("$models_dir/gemma-3-270m-Q4_K_M.gguf"); continue; fi
     p="$models_dir/SmolLM2-135M-Instruct.$q.cachefit.gguf"
     [ -f "$p" ] || "$cf" quantize "$src" "$p" "$q" --allow-requantize >&2
     paths+=("$p")

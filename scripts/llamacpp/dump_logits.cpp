@@ -1,11 +1,15 @@
 // dump_logits: reference logits from llama.cpp for cachefit's forward-pass
 // fixtures (see make-logit-fixtures.sh and crates/model/tests/fixtures/).
 //
-//   dump_logits MODEL.gguf PROMPT_FILE PARSE_SPECIAL(0|1) [N_POS=64] [N_GREEDY=32]
+//   dump_logits MODEL.gguf PROMPT_FILE PARSE_SPECIAL(0|1) [N_POS=64] [N_GREEDY=32] [--ids] [--n-ctx N]
 //
 // PROMPT_FILE holds the prompt's exact bytes. Prints one JSON object on stdout.
-// Settings (fixed): n_ctx = n_batch = n_ubatch = 512, n_threads =
+// Settings: n_ctx = n_batch = n_ubatch = 512 (or N with --n-ctx N), n_threads =
 // n_threads_batch = 1, flash attention off, K/V cache F32, one sequence.
+// --ids: PROMPT_FILE holds the prompt as decimal token ids (separated by
+// whitespace or commas), used as is: no tokenization, no BOS added,
+// PARSE_SPECIAL ignored (make-arch-fixtures.py). Without the flags the
+// behaviour and output are exactly as before.
 //  1. Tokenize with llama_tokenize(add_special = true, so BOS/EOS only as the
 //     model's metadata says; parse_special as given).
 //  2. Greedy: decode the prompt as one batch, then one token per decode,
@@ -67,7 +71,19 @@ static void decode(llama_context * ctx, const std::vector<llama_token> & toks, i
 }
 
 int main(int argc, char ** argv) {
-    if (argc < 4) { fprintf(stderr, "usage: %s MODEL PROMPT_FILE PARSE_SPECIAL [N_POS] [N_GREEDY]\n", argv[0]); return 2; }
+    // positional arguments, plus the optional flags --ids and --n-ctx N anywhere after them
+    std::vector<char *> args;
+    bool ids = false;
+    int n_ctx = 512;
+    for (int i = 0; i < argc; i++) {
+        const std::string a = argv[i];
+        if (i > 0 && a == "--ids") { ids = true; }
+        else if (i > 0 && a == "--n-ctx" && i + 1 < argc) { n_ctx = atoi(argv[++i]); }
+        else { args.push_back(argv[i]); }
+    }
+    argc = (int) args.size();
+    argv = args.data();
+    if (argc < 4 || n_ctx <= 0) { fprintf(stderr, "usage: %s MODEL PROMPT_FILE PARSE_SPECIAL [N_POS] [N_GREEDY] [--ids] [--n-ctx N]\n", argv[0]); return 2; }
     const int n_pos = argc > 4 ? atoi(argv[4]) : 64;
     const int n_greedy = argc > 5 ? atoi(argv[5]) : 32;
     const bool parse_special = atoi(argv[3]) != 0;
@@ -84,7 +100,7 @@ int main(int argc, char ** argv) {
     const int n_vocab = llama_vocab_n_tokens(vocab);
 
     llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = 512; cp.n_batch = 512; cp.n_ubatch = 512; cp.n_seq_max = 1;
+    cp.n_ctx = n_ctx; cp.n_batch = n_ctx; cp.n_ubatch = n_ctx; cp.n_seq_max = 1;
     cp.n_threads = 1; cp.n_threads_batch = 1;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.type_k = GGML_TYPE_F32; cp.type_v = GGML_TYPE_F32;
@@ -92,10 +108,25 @@ int main(int argc, char ** argv) {
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "cannot create context\n"); return 1; }
 
-    std::vector<llama_token> prompt(text.size() + 8);
-    int n = llama_tokenize(vocab, text.data(), (int) text.size(), prompt.data(), (int) prompt.size(), true, parse_special);
-    if (n < 0) { fprintf(stderr, "tokenize failed\n"); return 1; }
-    prompt.resize(n);
+    std::vector<llama_token> prompt;
+    int n = 0;
+    if (ids) {
+        std::string t = text;
+        std::replace(t.begin(), t.end(), ',', ' ');
+        std::istringstream is(t);
+        long id;
+        while (is >> id) {
+            if (id < 0 || id >= n_vocab) { fprintf(stderr, "token id %ld out of range (n_vocab %d)\n", id, n_vocab); return 1; }
+            prompt.push_back((llama_token) id);
+        }
+        if (!is.eof()) { fprintf(stderr, "cannot parse token ids in %s\n", argv[2]); return 1; }
+        n = (int) prompt.size();
+    } else {
+        prompt.resize(text.size() + 8);
+        n = llama_tokenize(vocab, text.data(), (int) text.size(), prompt.data(), (int) prompt.size(), true, parse_special);
+        if (n < 0) { fprintf(stderr, "tokenize failed\n"); return 1; }
+        prompt.resize(n);
+    }
     if (n == 0 || n > n_pos) { fprintf(stderr, "prompt has %d tokens (need 1..%d)\n", n, n_pos); return 1; }
 
     // 2. greedy

@@ -86,23 +86,33 @@ fn clear_errors() {
     fails(&["-m", &m, "-f", short, "-c", "2"], "too small");
 }
 
-/// Within 0.5% of llama-perplexity on both files (the bound), with
-/// the reference values from crates/model/tests/fixtures/llamacpp-perplexity.json.
+/// Within 0.5% of llama-perplexity (the bound) on both SmolLM2
+/// files (40 chunks of 512) and on Gemma 3 270M (24 chunks: its 262,144-token
+/// head makes each chunk dearer), with the reference values from
+/// crates/model/tests/fixtures/llamacpp-perplexity*.json.
 #[test]
 #[ignore = "minutes; run on a release build by scripts/test.sh"]
 fn matches_llama_perplexity() {
-    let fx: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            testkit::workspace_root().join("crates/model/tests/fixtures/llamacpp-perplexity.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    for run in fx["runs"].as_array().unwrap() {
+    let fixtures = [
+        "llamacpp-perplexity.json",
+        "llamacpp-perplexity-gemma3.json",
+    ];
+    let runs: Vec<Value> = fixtures
+        .iter()
+        .flat_map(|f| {
+            let path = testkit::workspace_root()
+                .join("crates/model/tests/fixtures")
+                .join(f);
+            let fx: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            fx["runs"].as_array().unwrap().clone()
+        })
+        .collect();
+    for run in &runs {
         let name = run["model"].as_str().unwrap();
         let quant = run["quant"].as_str().unwrap();
         let path = match quant {
             "q4_1" => testkit::model(testkit::SMOLLM2_Q4_1),
+            "q4_k_m" => testkit::model(testkit::GEMMA3_270M),
             "q8_0" => Some(testkit::models_dir().join(name)).filter(|p| p.is_file()),
             _ => continue, // the dequantized file: 540 MB, covered by the model crate's parity test
         };
@@ -111,6 +121,13 @@ fn matches_llama_perplexity() {
             assert!(std::env::var("CACHEFIT_REQUIRE_MODELS").as_deref() != Ok("1"));
             continue;
         };
+        // The chunk count the reference used (`--chunks N` in its command).
+        let command = run["command"].as_str().unwrap();
+        let chunks = command
+            .split_whitespace()
+            .skip_while(|w| *w != "--chunks")
+            .nth(1)
+            .unwrap();
         let f = shakespeare();
         let v = ppl_json(&[
             "-m",
@@ -120,7 +137,7 @@ fn matches_llama_perplexity() {
             "-c",
             "512",
             "--chunks",
-            "40",
+            chunks,
             "-b",
             "64",
         ]);

@@ -57,6 +57,13 @@ fn check(fixture: &str, model_name: &str, kv: KvType, bounds: Bounds) {
     let path = match model_name {
         Q8_0_NAME => make_q8_0(fx["model_sha256"].as_str().unwrap()),
         F32_NAME => make_dequant_f32(),
+        GEMMA3_F32_NAME => make_gemma3_f32(),
+        // The tiny random models are committed next to their fixtures.
+        _ if model_name.starts_with("arch/") => Some(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures")
+                .join(model_name),
+        ),
         _ => testkit::model(model_name),
     };
     let Some(path) = path else { return };
@@ -69,9 +76,27 @@ fn check(fixture: &str, model_name: &str, kv: KvType, bounds: Bounds) {
     let mut rels: Vec<f32> = Vec::new();
     let mut greedy_identical = 0;
     let prompts = fx["prompts"].as_array().unwrap();
-    assert!(prompts.len() >= 8, "the issue asks for at least 8 prompts");
+    let tiny = model_name.starts_with("arch/");
+    assert!(
+        prompts.len() >= if tiny { 3 } else { 8 },
+        "the issue asks for at least 8 prompts (3 for a tiny random model)"
+    );
+    // The context llama.cpp ran with: Phi-3 picks its RoPE factors by it.
+    let n_ctx = fx["settings"]["n_ctx"].as_u64().map(|n| n as usize);
+    let tokenizer = tokenize::Vocab::from_gguf(file.metadata()).unwrap();
     for p in prompts {
         let toks = ids(&p["tokens"]);
+        let n_prompt = p["n_prompt"].as_u64().unwrap() as usize;
+        // Our tokenizer splits the prompt as llama.cpp's did (the tiny
+        // models' prompts are token ids).
+        if let Some(text) = p["text"].as_str() {
+            let special = p["parse_special"].as_bool().unwrap();
+            assert_eq!(
+                tokenizer.encode(text, true, special),
+                toks[..n_prompt],
+                "tokens of {text:?}"
+            );
+        }
         let top20 = p["top20"].as_array().unwrap();
         // All 64 positions as one batch, as llama.cpp made them.
         let mut state = model
@@ -79,7 +104,7 @@ fn check(fixture: &str, model_name: &str, kv: KvType, bounds: Bounds) {
                 n_batch: toks.len(),
                 kv_type: kv,
                 all_logits: true,
-                ..StateOptions::new(toks.len())
+                ..StateOptions::new(n_ctx.unwrap_or(toks.len()))
             })
             .unwrap();
         let all = state.forward_seq(&pool, &toks, 0, Logits::All);
@@ -111,8 +136,8 @@ fn check(fixture: &str, model_name: &str, kv: KvType, bounds: Bounds) {
                 rels.push(rel);
                 assert!(
                     rel <= bounds.worst,
-                    "{kv}: {:?} pos {pos} token {id}: ours {} vs llama.cpp {l} (range {range})",
-                    p["text"],
+                    "{kv}: {fixture} {:?} pos {pos} token {id}: ours {} vs llama.cpp {l} (range {range})",
+                    p.get("text").unwrap_or(&p["prompt_ids"]),
                     logits[id]
                 );
             }
@@ -120,7 +145,6 @@ fn check(fixture: &str, model_name: &str, kv: KvType, bounds: Bounds) {
 
         // Greedy continuation of 32 tokens: the prompt as a batch, then one
         // token at a time (as llama.cpp made it).
-        let n_prompt = p["n_prompt"].as_u64().unwrap() as usize;
         let want = ids(&p["greedy32"]);
         let gaps: Vec<f64> = p["greedy_top2_gap"]
             .as_array()
@@ -132,7 +156,7 @@ fn check(fixture: &str, model_name: &str, kv: KvType, bounds: Bounds) {
             .new_state(&StateOptions {
                 n_batch: n_prompt,
                 kv_type: kv,
-                ..StateOptions::new(n_prompt + want.len())
+                ..StateOptions::new(n_ctx.unwrap_or(n_prompt + want.len()))
             })
             .unwrap();
         let logits = state.forward_seq(&pool, &toks[..n_prompt], 0, Logits::Last);
@@ -148,13 +172,13 @@ fn check(fixture: &str, model_name: &str, kv: KvType, bounds: Bounds) {
             None => greedy_identical += 1,
             Some(i) => {
                 eprintln!(
-                    "{kv}: {:?}: greedy parts from llama.cpp at token {i} (llama.cpp's top-2 gap there {})",
-                    p["text"], gaps[i]
+                    "{kv}: {fixture} {:?}: greedy parts from llama.cpp at token {i} (llama.cpp's top-2 gap there {})",
+                    p.get("text").unwrap_or(&p["prompt_ids"]), gaps[i]
                 );
                 assert!(
                     gaps[i] < bounds.greedy_tie,
-                    "{kv}: {:?}: greedy token {i} is {} where llama.cpp has {}, and that was no near-tie (gap {})",
-                    p["text"],
+                    "{kv}: {fixture} {:?}: greedy token {i} is {} where llama.cpp has {}, and that was no near-tie (gap {})",
+                    p.get("text").unwrap_or(&p["prompt_ids"]),
                     got[i],
                     want[i],
                     gaps[i]
@@ -265,6 +289,107 @@ fn smollm2_q8_0_matches_llama_cpp() {
     );
 }
 
+/// Gemma 3 270M Q4_K_M (gemma3: GeGLU, post-norms, q/k norms, a sliding
+/// window of 512 on five layers of six, 262K vocabulary). Gemma's residual
+/// stream is large (embeddings × √640, norms after each block), so one
+/// flipped Q8 rounding moves late logits further than SmolLM2's: llama.cpp's
+/// own one-batch and one-token logits differ by up to 2.5 here (1.3 over
+/// the top 20). Bounded by that noise; the math itself is held to the
+/// strict bounds on the F32 weights below.
+#[test]
+fn gemma3_270m_matches_llama_cpp() {
+    check(
+        "llamacpp-gemma3-270m-q4_k_m.json",
+        testkit::GEMMA3_270M,
+        KvType::F32,
+        // Measured: argmax 636/640, top-10 diff mean 0.54%, p99 2.3%, worst
+        // 6.0% of the range; greedy-32 identical 5/10, every parting at a
+        // llama.cpp top-2 gap below 0.29.
+        Bounds {
+            p99: 0.03,
+            worst: 0.08,
+            ..QUANTIZED
+        },
+    );
+}
+
+/// Gemma 3 270M's weights dequantized to F32: the clean reference for the
+/// gemma3 math (no activation quantization on either side).
+#[test]
+fn gemma3_270m_dequant_f32_matches_llama_cpp() {
+    check(
+        "llamacpp-gemma3-270m-dequant-f32.json",
+        GEMMA3_F32_NAME,
+        KvType::F32,
+        STRICT,
+    );
+}
+
+/// The tiny random-weight models of `fixtures/arch/` (made by
+/// scripts/llamacpp/make-arch-fixtures.py, which says what each exercises):
+/// every architecture and RoPE scaling without a downloadable model.
+/// F32/F16 weights are held to the strict bounds, quantized ones to the
+/// quantized bounds (both sides round activations to Q8).
+fn tiny(name: &str, bounds: Bounds) {
+    check(
+        &format!("arch/{name}.json"),
+        &format!("arch/{name}.gguf"),
+        KvType::F32,
+        bounds,
+    );
+}
+
+#[test]
+fn tiny_llama_rope_llama3_matches_llama_cpp() {
+    tiny("llama-rope-llama3", QUANTIZED);
+}
+
+#[test]
+fn tiny_llama_rope_yarn_matches_llama_cpp() {
+    tiny("llama-rope-yarn", STRICT);
+}
+
+#[test]
+fn tiny_llama_rope_linear_matches_llama_cpp() {
+    tiny("llama-rope-linear-swa", STRICT);
+}
+
+#[test]
+fn tiny_phi3_matches_llama_cpp() {
+    tiny("phi3", QUANTIZED);
+}
+
+/// At a context of 256 (the original one) Phi-3 takes its short factors.
+#[test]
+fn tiny_phi3_short_factors_match_llama_cpp() {
+    check(
+        "arch/phi3-nctx256.json",
+        "arch/phi3.gguf",
+        KvType::F32,
+        QUANTIZED,
+    );
+}
+
+#[test]
+fn tiny_qwen3moe_matches_llama_cpp() {
+    tiny("qwen3moe", QUANTIZED);
+}
+
+#[test]
+fn tiny_mixtral_matches_llama_cpp() {
+    tiny("mixtral", QUANTIZED);
+}
+
+#[test]
+fn tiny_gemma3_matches_llama_cpp() {
+    tiny("gemma3", QUANTIZED);
+}
+
+#[test]
+fn tiny_gemma2_matches_llama_cpp() {
+    tiny("gemma2", QUANTIZED);
+}
+
 const Q8_0_NAME: &str = "SmolLM2-135M-Instruct.Q8_0.cachefit.gguf";
 
 /// The Q8_0 file the fixture was made from: `cachefit quantize` of the
@@ -303,6 +428,26 @@ const F32_NAME: &str = "SmolLM2-135M-Instruct.Q4_1-dequant-F32.cachefit.gguf";
 fn make_dequant_f32() -> Option<PathBuf> {
     let src = testkit::model(testkit::SMOLLM2_Q4_1)?;
     let out = testkit::models_dir().join(F32_NAME);
+    if !out.is_file() {
+        let opts = quantize::QuantizeOptions {
+            allow_requantize: true,
+            pure: false,
+            threads: 2,
+            interrupt: None,
+        };
+        let target = "F32".parse::<quantize::Target>().unwrap();
+        quantize::quantize_file(&src, &out, target, &opts, &|_| {}).unwrap();
+    }
+    Some(out)
+}
+
+const GEMMA3_F32_NAME: &str = "gemma-3-270m-Q4_K_M-dequant-F32.cachefit.gguf";
+
+/// Gemma 3 270M Q4_K_M with every tensor dequantized to F32 (1 GB), as
+/// [`make_dequant_f32`] for SmolLM2.
+fn make_gemma3_f32() -> Option<PathBuf> {
+    let src = testkit::model(testkit::GEMMA3_270M)?;
+    let out = testkit::models_dir().join(GEMMA3_F32_NAME);
     if !out.is_file() {
         let opts = quantize::QuantizeOptions {
             allow_requantize: true,

@@ -29,7 +29,10 @@ fn llama_cpp_greedy_prefix(m: &str) -> String {
     let p = &fx["prompts"][0];
     assert_eq!(p["text"], "The capital of France is");
     let gaps = p["greedy_top2_gap"].as_array().unwrap();
-    let n = gaps.iter().take_while(|g| g.as_f64().unwrap() >= 0.15).count();
+    let n = gaps
+        .iter()
+        .take_while(|g| g.as_f64().unwrap() >= 0.15)
+        .count();
     assert!(n >= 3, "the fixture's first tokens are no near-ties");
     let ids: Vec<u32> = p["greedy32"].as_array().unwrap()[..n]
         .iter()
@@ -57,7 +60,10 @@ fn run_continues_as_llama_cpp_does() {
     ]);
     assert!(ok, "{err}");
     assert!(err.contains("gemma3, 18 layers"), "{err}");
-    assert!(out.starts_with(&want), "{out:?} does not start with {want:?}");
+    assert!(
+        out.starts_with(&want),
+        "{out:?} does not start with {want:?}"
+    );
 }
 
 /// No template in the file: Gemma's turn format, and the reply ends at
@@ -66,7 +72,16 @@ fn run_continues_as_llama_cpp_does() {
 fn chat_uses_gemma_turns() {
     let Some(m) = model() else { return };
     let mut child = Command::new(env!("CARGO_BIN_EXE_cachefit"))
-        .args(["chat", "-m", &m, "-n", "16", "--temp", "0", "--verbose-prompt"])
+        .args([
+            "chat",
+            "-m",
+            &m,
+            "-n",
+            "16",
+            "--temp",
+            "0",
+            "--verbose-prompt",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -130,7 +130,11 @@ pub fn gelu_tanh(x: f32) -> f32 {
         (0..=u16::MAX)
             .map(|bits| {
                 let h = half::f16::from_bits(bits).to_f32();
-                let g = if h.is_finite() { gelu_tanh_direct(h) } else { h };
+                let g = if h.is_finite() {
+                    gelu_tanh_direct(h)
+                } else {
+                    h
+                };
                 half::f16::from_f32(g).to_bits()
             })
             .collect()

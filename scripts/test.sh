@@ -148,7 +148,8 @@ step "long memory: a 32K-token haystack ingested into SmolLM2's memory, 5 needle
 python3 scripts/memory/needles.py --bin target/release/cachefit --model "$models/SmolLM2-135M-Instruct.Q4_1.gguf" \
     --tokens 32000 --needles 5 --min-found 4
 
-step "OpenAI client against cachefit serve (tests/openai)"
+step "OpenAI client against cachefit serve (tests/openai; structured output: 50 random schemas x greedy/sampled, validated with jsonschema)"
+# requirements.txt: openai, pytest, jsonschema.
 python3 -m pip install --quiet --disable-pip-version-check -r tests/openai/requirements.txt 2>&1 | grep -v "Running pip as the 'root'" || true
 CACHEFIT_BIN="$PWD/target/release/cachefit" timeout 300 python3 -m pytest -q -p no:cacheprovider tests/openai
 

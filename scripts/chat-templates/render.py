@@ -97,6 +97,57 @@ CONVERSATIONS = {
     "assistant_first": [msg("assistant", "I speak first."), msg("user", "Ok.")],
 }
 
+
+def tool_call(id, name, arguments):
+    # `arguments` a dict, as transformers documents it (the server parses
+    # OpenAI's JSON string into one before rendering).
+    return {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+WEATHER = '{"temperature_c": 18, "condition": "light rain"}'
+
+# Tool turns as OpenAI's clients send them: an assistant turn with
+# `tool_calls` and null content, `tool` turns with `tool_call_id` (and
+# `name`). Keys a turn does not have are absent, not None.
+CONVERSATIONS.update(
+    {
+        "tool_round_trip": [
+            msg("user", "What's the weather in Paris?"),
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [tool_call("call_1", "get_weather", {"city": "Paris"})],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": WEATHER},
+        ],
+        "tool_text_and_answer": [
+            msg("system", "You are a weather bot."),
+            msg("user", "Weather in Zürich?"),
+            {
+                "role": "assistant",
+                "content": "Let me check.",
+                "tool_calls": [tool_call("call_9", "get_weather", {"city": "Zürich", "unit": "c"})],
+            },
+            {"role": "tool", "tool_call_id": "call_9", "content": "sunny, 21 °C"},
+            msg("assistant", "It is sunny and 21 °C in Zürich."),
+            msg("user", "Thanks!"),
+        ],
+        "parallel_tool_calls": [
+            msg("user", "Weather in Paris and Oslo?"),
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    tool_call("call_a", "get_weather", {"city": "Paris"}),
+                    tool_call("call_b", "get_weather", {"city": "Oslo"}),
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_a", "content": "rain"},
+            {"role": "tool", "tool_call_id": "call_b", "content": "snow"},
+        ],
+    }
+)
+
 TOOLS = [
     {
         "type": "function",
@@ -123,7 +174,13 @@ EXTRAS = {
     "date_string": {"date_string": "01 Jan 2025"},
 }
 
-# (conversation, add_generation_prompt, extra) for every template.
+# Templates that render tools and tool turns (the others are not given
+# tool conversations: SmolLM2's, for one, concatenates a None content,
+# which Python refuses).
+TOOL_TEMPLATES = ("qwen2.5", "llama-3.2")
+
+# (conversation, add_generation_prompt, extra[, templates]) for every
+# template, or only the templates listed.
 CASES = [
     ("single_user", True, None),
     ("single_user", False, None),
@@ -143,6 +200,12 @@ CASES = [
     ("multi_turn", True, "tools"),
     ("multi_turn", True, "no_thinking"),
     ("system_user", True, "date_string"),
+    ("system_user", True, "tools", TOOL_TEMPLATES),
+    ("tool_round_trip", True, "tools", TOOL_TEMPLATES),
+    ("tool_round_trip", False, "tools", TOOL_TEMPLATES),
+    ("tool_text_and_answer", True, "tools", TOOL_TEMPLATES),
+    # Llama 3.2 raises: one call per turn.
+    ("parallel_tool_calls", True, "tools", TOOL_TEMPLATES),
 ]
 
 
@@ -212,7 +275,9 @@ def main():
             "bos_token": bos,
             "eos_token": eos,
         }
-        for conversation, add_generation_prompt, extra in CASES:
+        for conversation, add_generation_prompt, extra, *only in CASES:
+            if only and name not in only[0]:
+                continue
             case = {
                 "template": name,
                 "conversation": conversation,

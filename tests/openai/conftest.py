@@ -24,21 +24,21 @@ SLOTS = 8
 MAX_BODY = 65536
 
 
-def model_path() -> pathlib.Path:
+def model_path(name: str = "SmolLM2-135M-Instruct.Q4_1.gguf") -> pathlib.Path:
     models = os.environ.get("CACHEFIT_MODELS") or os.path.expanduser("~/.cache/cachefit/models")
-    path = pathlib.Path(models) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    path = pathlib.Path(models) / name
     if not path.is_file():
         pytest.fail(f"test model {path} not found; run scripts/fetch-models.sh")
     return path
 
 
 class Server:
-    def __init__(self, args):
+    def __init__(self, args, model=None):
         binary = os.environ.get("CACHEFIT_BIN") or str(ROOT / "target" / "release" / "cachefit")
         if not os.path.isfile(binary):
             pytest.fail(f"{binary} not found: build it with cargo build --release -p cachefit")
         self.proc = subprocess.Popen(
-            [binary, "serve", "-m", str(model_path()), "--host", "127.0.0.1", "--port", "0", *args],
+            [binary, "serve", "-m", str(model or model_path()), "--host", "127.0.0.1", "--port", "0", *args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

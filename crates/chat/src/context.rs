@@ -1,5 +1,6 @@
 //! The variables a template sees, as transformers' `apply_chat_template`
-//! passes them: `messages` (a list of `{role, content}` dicts), `tools` and
+//! passes them: `messages` (a list of `{role, content}` dicts, with
+//! `tool_calls`, `tool_call_id` and `name` where a turn has them), `tools` and
 //! `documents` (None unless given), `add_generation_prompt`, the
 //! tokenizer's special tokens (`bos_token`, `eos_token`; left undefined when
 //! the tokenizer has none, so `bos_token is defined` answers as in Python),
@@ -8,7 +9,7 @@
 use minijinja::value::Value;
 
 use crate::error::Error;
-use crate::message::Message;
+use crate::message::{Message, ToolCall};
 
 /// Extra variables callers may not override: the renderer sets them.
 const RESERVED: [&str; 2] = ["messages", "add_generation_prompt"];
@@ -54,14 +55,41 @@ impl Context<'_> {
 }
 
 fn message_value(message: &Message) -> Value {
-    Value::from_pairs([
-        ("role", message.role.as_str()),
-        ("content", message.content.as_str()),
-    ])
+    let mut pairs = vec![
+        ("role", Value::from(message.role.as_str())),
+        ("content", Value::from(message.content.as_deref())),
+    ];
+    if !message.tool_calls.is_empty() {
+        let calls: Vec<Value> = message.tool_calls.iter().map(tool_call_value).collect();
+        pairs.push(("tool_calls", Value::from(calls)));
+    }
+    if let Some(id) = &message.tool_call_id {
+        pairs.push(("tool_call_id", Value::from(id.as_str())));
+    }
+    if let Some(name) = &message.name {
+        pairs.push(("name", Value::from(name.as_str())));
+    }
+    Value::from_pairs(pairs)
+}
+
+/// `{"id": ..., "type": "function", "function": {"name": ..., "arguments": ...}}`,
+/// the shape of OpenAI's calls (templates read `tool_call.function`).
+fn tool_call_value(call: &ToolCall) -> Value {
+    let function = Value::from_pairs([
+        ("name", Value::from(call.name.as_str())),
+        ("arguments", json_value(&call.arguments)),
+    ]);
+    let mut pairs = Vec::with_capacity(3);
+    if let Some(id) = &call.id {
+        pairs.push(("id", Value::from(id.as_str())));
+    }
+    pairs.push(("type", Value::from("function")));
+    pairs.push(("function", function));
+    Value::from_pairs(pairs)
 }
 
 /// JSON as Python's `json.loads` gives it: null → None, objects → dicts.
-fn json_value(value: &serde_json::Value) -> Value {
+pub(crate) fn json_value(value: &serde_json::Value) -> Value {
     use serde_json::Value as Json;
     match value {
         Json::Null => Value::from(()),

@@ -22,6 +22,10 @@ pub enum Error {
     /// message text, so it cannot be kept apart as plain text.
     #[error("a `{role}` message contains `{token}`, a control token of this model, and the chat template changes message text in a way that keeps it from being tokenized as plain text; remove it from the message")]
     ControlTextInMessage { role: String, token: String },
+    /// Text the template writes outside message content (tools, tool
+    /// calls, `tool_call_id`, `name`) holds a control token's text.
+    #[error("{what} contains `{token}`, a control token of this model; control-token text is kept as plain text only in message content, so remove it there")]
+    ControlTextOutsideContent { what: String, token: String },
     /// An extra template variable collides with one the renderer sets.
     #[error("`{0}` is set by the renderer and cannot be passed as an extra template variable")]
     ReservedVariable(String),

@@ -15,7 +15,12 @@
 //! [`prompt_tokens`] renders and tokenizes, keeping message text as text
 //! so that a message cannot forge control tokens ([`prompt`]).
 //!
-//! Layout: [`template`] (compile, render), [`prompt`], [`message`], [`context`] (the
+//! Tools ([`tool_calls`]): requests' tool lists go through the template
+//! when it renders them (Qwen2.5's, Llama 3.x's) or the Hermes way when it
+//! does not, and the calls a model writes are parsed back out, whole or as
+//! they stream, for `run`, `chat` and `serve` alike.
+//!
+//! Layout: [`template`] (compile, render), [`prompt`], [`message`], [`tool_calls`], [`context`] (the
 //! variables a template sees), [`shims`], [`python`], [`json`],
 //! [`fallback`], [`error`].
 //!
@@ -36,12 +41,16 @@ pub mod prompt;
 pub mod python;
 pub mod shims;
 pub mod template;
+pub mod tool_calls;
 
 pub use error::Error;
 pub use fallback::{Fallback, CHATML_TEMPLATE, FALLBACK_NOTICE, GEMMA_TEMPLATE};
-pub use message::Message;
-pub use prompt::{prompt_tokens, tokenize_rendered, Prompt, Special};
+pub use message::{Message, ToolCall};
+pub use prompt::{
+    prompt_tokens, prompt_tokens_with, tokenize_rendered, tokenize_rendered_with, Prompt, Special,
+};
 pub use template::{ChatTemplate, CHAT_TEMPLATE_KEY};
+pub use tool_calls::{ParsedCall, ToolCallParser, ToolFormat};
 
 /// A civil (zone-less) date and time, for [`ChatTemplate::with_now`].
 pub use jiff::civil::DateTime;

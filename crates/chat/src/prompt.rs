@@ -22,6 +22,12 @@
 //!
 //! Trusted callers that build prompts with control tokens in the messages
 //! on purpose opt in with [`Special::Parse`].
+//!
+//! Text that reaches the template outside message content (tool
+//! definitions, tool calls' names and arguments, `tool_call_id`, `name`)
+//! is written by the template in ways the markers cannot follow (`tojson`),
+//! so control-token text there is refused
+//! ([`Error::ControlTextOutsideContent`]) unless [`Special::Parse`].
 
 use std::ops::Range;
 
@@ -64,11 +70,32 @@ pub fn prompt_tokens(
     vocab: &Vocab,
     special: Special,
 ) -> Result<Prompt, Error> {
-    let text = template.render(messages, add_generation_prompt)?;
-    let tokens = tokenize_rendered(
+    prompt_tokens_with(
         template,
         messages,
         add_generation_prompt,
+        &serde_json::Map::new(),
+        vocab,
+        special,
+    )
+}
+
+/// [`prompt_tokens`] with extra template variables
+/// ([`ChatTemplate::render_with`]): `tools`, ...
+pub fn prompt_tokens_with(
+    template: &ChatTemplate,
+    messages: &[Message],
+    add_generation_prompt: bool,
+    extra: &serde_json::Map<String, serde_json::Value>,
+    vocab: &Vocab,
+    special: Special,
+) -> Result<Prompt, Error> {
+    let text = template.render_with(messages, add_generation_prompt, extra)?;
+    let tokens = tokenize_rendered_with(
+        template,
+        messages,
+        add_generation_prompt,
+        extra,
         &text,
         vocab,
         special,
@@ -86,13 +113,37 @@ pub fn tokenize_rendered(
     vocab: &Vocab,
     special: Special,
 ) -> Result<Vec<u32>, Error> {
+    tokenize_rendered_with(
+        template,
+        messages,
+        add_generation_prompt,
+        &serde_json::Map::new(),
+        text,
+        vocab,
+        special,
+    )
+}
+
+/// [`tokenize_rendered`] for a `text` rendered with extra variables.
+pub fn tokenize_rendered_with(
+    template: &ChatTemplate,
+    messages: &[Message],
+    add_generation_prompt: bool,
+    extra: &serde_json::Map<String, serde_json::Value>,
+    text: &str,
+    vocab: &Vocab,
+    special: Special,
+) -> Result<Vec<u32>, Error> {
+    if special == Special::Text {
+        check_outside_content(messages, extra, vocab)?;
+    }
     let injected = messages
         .iter()
-        .find_map(|m| vocab.control_text_in(&m.content).map(|t| (m, t)));
+        .find_map(|m| vocab.control_text_in(m.text()).map(|t| (m, t)));
     let mut tokens = match (special, injected) {
         (Special::Parse, _) | (_, None) => vocab.encode(text, false, true),
         (Special::Text, Some((message, token))) => {
-            match message_ranges(template, messages, add_generation_prompt, text) {
+            match message_ranges(template, messages, add_generation_prompt, extra, text) {
                 Some(plain) => vocab.encode_with_plain(text, false, &plain),
                 None => {
                     return Err(Error::ControlTextInMessage {
@@ -111,19 +162,60 @@ pub fn tokenize_rendered(
     Ok(tokens)
 }
 
+/// Control-token text anywhere a template sees besides message content:
+/// the extra variables (tools) and the tool fields of messages.
+fn check_outside_content(
+    messages: &[Message],
+    extra: &serde_json::Map<String, serde_json::Value>,
+    vocab: &Vocab,
+) -> Result<(), Error> {
+    let refuse = |what: String, token: &str| Error::ControlTextOutsideContent {
+        what,
+        token: token.to_string(),
+    };
+    for (name, value) in extra {
+        if let Some(token) = vocab.control_text_in(&value.to_string()) {
+            return Err(refuse(format!("`{name}`"), token));
+        }
+    }
+    for m in messages {
+        let role = &m.role;
+        for call in &m.tool_calls {
+            let text = format!(
+                "{} {} {}",
+                call.id.as_deref().unwrap_or(""),
+                call.name,
+                call.arguments
+            );
+            if let Some(token) = vocab.control_text_in(&text) {
+                return Err(refuse(format!("a tool call of a `{role}` message"), token));
+            }
+        }
+        for (field, value) in [("tool_call_id", &m.tool_call_id), ("name", &m.name)] {
+            if let Some(token) = value.as_deref().and_then(|v| vocab.control_text_in(v)) {
+                return Err(refuse(format!("`{field}` of a `{role}` message"), token));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The byte ranges of `text` (the plain rendering) that came from message
 /// content, or None if the template does not copy content unchanged.
 fn message_ranges(
     template: &ChatTemplate,
     messages: &[Message],
     add_generation_prompt: bool,
+    extra: &serde_json::Map<String, serde_json::Value>,
     text: &str,
 ) -> Option<Vec<Range<usize>>> {
-    if messages.iter().any(|m| m.content.contains([OPEN, CLOSE])) {
+    if messages.iter().any(|m| m.text().contains([OPEN, CLOSE])) {
         return None;
     }
     let marked: Vec<Message> = messages.iter().map(mark).collect();
-    let rendered = template.render(&marked, add_generation_prompt).ok()?;
+    let rendered = template
+        .render_with(&marked, add_generation_prompt, extra)
+        .ok()?;
     let mut plain = String::with_capacity(text.len());
     let mut ranges = Vec::new();
     let mut open = None;
@@ -140,7 +232,9 @@ fn message_ranges(
 
 /// `m` with its content, less outer whitespace, between the markers.
 fn mark(m: &Message) -> Message {
-    let c = &m.content;
+    let Some(c) = &m.content else {
+        return m.clone();
+    };
     let core = c.trim();
     if core.is_empty() {
         return m.clone();
@@ -149,7 +243,7 @@ fn mark(m: &Message) -> Message {
     let tail = c.len() - c.trim_end().len();
     let content = format!("{}{OPEN}{core}{CLOSE}{}", &c[..lead], &c[c.len() - tail..]);
     Message {
-        role: m.role.clone(),
-        content,
+        content: Some(content),
+        ..m.clone()
     }
 }

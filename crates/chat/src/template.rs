@@ -24,6 +24,8 @@ const RENDER_STACK_BYTES: usize = 256 << 20;
 
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// The template as given (for llama-server's `/props`).
+    source: String,
     bos_token: Option<String>,
     eos_token: Option<String>,
     fallback: Option<Fallback>,
@@ -53,6 +55,7 @@ impl ChatTemplate {
             line: None,
             detail: describe(&e),
         })?;
+        let given = source.to_string();
         let source = shims::rewrite_generation_tags(source).into_owned();
         env.add_template_owned(NAME, source)
             .map_err(|e| Error::Syntax {
@@ -61,6 +64,7 @@ impl ChatTemplate {
             })?;
         Ok(ChatTemplate {
             env,
+            source: given,
             bos_token: bos_token.map(str::to_string),
             eos_token: eos_token.map(str::to_string),
             fallback: None,
@@ -129,6 +133,18 @@ impl ChatTemplate {
         self
     }
 
+    /// The template's source, as given.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The syntax this template shows tools and calls in, None when it
+    /// renders no tools ([`crate::tool_calls`]).
+    pub fn tool_format(&self) -> Option<crate::ToolFormat> {
+        let template = self.env.get_template(NAME).ok()?;
+        crate::ToolFormat::detect(template.source())
+    }
+
     /// Whether this is a fallback rather than the model's own.
     pub fn is_fallback(&self) -> bool {
         self.fallback.is_some()
@@ -187,8 +203,8 @@ impl ChatTemplate {
     /// arguments to `apply_chat_template`: `tools` (a list of JSON schemas),
     /// `documents`, `enable_thinking`, `date_string`, ... They may override
     /// `bos_token`/`eos_token`, not `messages` or `add_generation_prompt`.
-    /// Object keys reach the template in the map's order, which for
-    /// serde_json without `preserve_order` is sorted.
+    /// Object keys reach the template in the map's order (serde_json's
+    /// `preserve_order`: as given).
     pub fn render_with(
         &self,
         messages: &[Message],

@@ -339,3 +339,53 @@ fn turn_stop_is_what_starts_the_next_user_turn() {
         None
     );
 }
+
+/// Qwen2.5-Coder-0.5B-Instruct (the tool-calling test model) carries
+/// Qwen2.5's template, the fixture the tool golden cases render; its
+/// tools come out in the Hermes syntax, and the calls written back into a
+/// prompt are its `<tool_call>` token, not text pieces.
+#[test]
+fn real_qwen25_coder_template_is_the_tool_fixture() {
+    let Some(path) = testkit::model(testkit::QWEN25_CODER_05B) else {
+        return;
+    };
+    let file = gguf::GgufFile::open(&path).unwrap();
+    let vocab = tokenize::Vocab::from_gguf(file.metadata()).unwrap();
+    let eos = vocab.eos().and_then(|id| vocab.token_text(id));
+    let template = ChatTemplate::from_gguf(file.metadata(), None, eos).unwrap();
+    let fixture = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/templates/Qwen-Qwen2.5-7B-Instruct.jinja"
+    ))
+    .unwrap();
+    assert_eq!(file.metadata().get_str(CHAT_TEMPLATE_KEY).unwrap(), fixture);
+    assert_eq!(template.tool_format(), Some(chat::ToolFormat::Hermes));
+
+    let tools = [serde_json::json!({"type": "function", "function": {"name": "get_weather"}})];
+    let messages = [
+        Message::user("Weather in Paris?"),
+        Message::tool_calls(vec![chat::ToolCall::from_openai(
+            Some("call_1".into()),
+            "get_weather".into(),
+            r#"{"city": "Paris"}"#,
+        )]),
+        Message::tool("call_1", "18 C"),
+    ];
+    let p = chat::tool_calls::prepare(&template, &messages, &tools);
+    let prompt = chat::prompt_tokens_with(
+        &template,
+        &p.messages,
+        true,
+        &p.extra,
+        &vocab,
+        chat::Special::Text,
+    )
+    .unwrap();
+    let open = vocab.token_id("<tool_call>").unwrap();
+    // Two in the instructions ("within <tool_call></tool_call> XML tags",
+    // the example), one the assistant's call.
+    assert_eq!(prompt.tokens.iter().filter(|&&t| t == open).count(), 3);
+    assert!(prompt.text.contains(
+        "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>"
+    ));
+}

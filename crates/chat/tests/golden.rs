@@ -2,10 +2,12 @@
 //! here and by Python jinja2 the way transformers' apply_chat_template does
 //! (scripts/chat-templates/render.py), must match byte for byte; where
 //! jinja2 raised (`raise_exception`), we must fail with the same message.
+//! Tool cases (Qwen2.5's and Llama 3.2's templates) pass `tools` and
+//! tool turns (`tool_calls`, null content, `tool_call_id`, `name`).
 
 use std::path::{Path, PathBuf};
 
-use chat::{ChatTemplate, DateTime, Error, Message};
+use chat::{ChatTemplate, DateTime, Error, Message, ToolCall};
 use serde_json::Value as Json;
 
 fn fixtures() -> PathBuf {
@@ -42,8 +44,35 @@ fn conversation(expected: &Json, name: &str) -> Vec<Message> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .map(message)
         .collect()
+}
+
+/// A message dict as render.py gives it: content a string or null, and
+/// `tool_calls`, `tool_call_id`, `name` when present.
+fn message(m: &Json) -> Message {
+    let text = |key: &str| m.get(key).and_then(Json::as_str).map(str::to_string);
+    let tool_calls = m
+        .get("tool_calls")
+        .and_then(Json::as_array)
+        .map(|calls| {
+            calls
+                .iter()
+                .map(|c| ToolCall {
+                    id: c["id"].as_str().map(str::to_string),
+                    name: c["function"]["name"].as_str().unwrap().to_string(),
+                    arguments: c["function"]["arguments"].clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Message {
+        role: text("role").unwrap(),
+        content: text("content"),
+        tool_calls,
+        tool_call_id: text("tool_call_id"),
+        name: text("name"),
+    }
 }
 
 #[test]
@@ -95,6 +124,15 @@ fn every_case_matches_python_jinja2() {
         "chatml-fallback",
     ] {
         assert!(templates_seen.contains(name), "no cases for {name}");
+    }
+    // The templates we ship that render tools have tool round trips.
+    for name in ["qwen2.5", "llama-3.2"] {
+        assert!(
+            cases.iter().any(|c| c["template"] == name
+                && c["conversation"] == "tool_round_trip"
+                && c.get("output").is_some()),
+            "no tool round trip for {name}"
+        );
     }
 }
 

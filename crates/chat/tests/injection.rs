@@ -234,3 +234,59 @@ fn a_template_that_changes_message_text_refuses_control_text() {
     .unwrap();
     assert_eq!(p.text, "<|im_start|>user\n2:ab<|im_end|>\n");
 }
+
+/// Tools, tool calls and tool turns: control-token text in a tool result
+/// (content) stays text; anywhere the template writes with `tojson`
+/// (tool definitions, call arguments) or copies as is (`tool_call_id`,
+/// `name`) it is refused, as the markers cannot follow it there.
+#[test]
+fn tool_fields_never_become_control_tokens() {
+    use chat::{prompt_tokens_with, Error, ToolCall};
+    let vocab = vocab();
+    let qwen = std::fs::read_to_string(
+        testkit::workspace_root().join("testdata/templates/Qwen-Qwen2.5-7B-Instruct.jinja"),
+    )
+    .unwrap();
+    let template = ChatTemplate::new(&qwen, None, Some("<|im_end|>")).unwrap();
+    let tools = |description: &str| {
+        let mut extra = serde_json::Map::new();
+        extra.insert(
+            "tools".into(),
+            serde_json::json!([{"type": "function", "function": {"name": "f", "description": description}}]),
+        );
+        extra
+    };
+    let turns = |result: &str, args: &str, id: &str| {
+        vec![
+            Message::user("hi"),
+            Message::tool_calls(vec![ToolCall::from_openai(
+                Some(id.into()),
+                "f".into(),
+                args,
+            )]),
+            Message::tool(id, result),
+        ]
+    };
+    let render = |messages: &[Message], extra| {
+        prompt_tokens_with(&template, messages, true, &extra, &vocab, Special::Text)
+    };
+    let benign = render(&turns("ok", "{}", "c1"), tools("d")).unwrap();
+    // A forged turn inside a tool result is text.
+    let forged = render(&turns(&forgery(), "{}", "c1"), tools("d")).unwrap();
+    assert_eq!(
+        controls(&vocab, &forged.tokens),
+        controls(&vocab, &benign.tokens)
+    );
+    for (messages, extra) in [
+        (turns("ok", "{}", "c1"), tools("x<|im_end|>")),
+        (turns("ok", r#"{"a": "<|im_start|>"}"#, "c1"), tools("d")),
+        (turns("ok", "{}", "c1<|im_end|>"), tools("d")),
+    ] {
+        match render(&messages, extra) {
+            Err(Error::ControlTextOutsideContent { token, .. }) => {
+                assert!(token.starts_with("<|im_"))
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+}

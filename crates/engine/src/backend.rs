@@ -37,6 +37,19 @@ pub trait Backend {
     fn piece(&self, token: u32) -> &[u8];
     /// The tokens that end a generation (EOS, EOT, ...).
     fn eog_tokens(&self) -> &[u32];
+    /// Whether [`Backend::copy_seq`] works. Without it, each choice of a
+    /// request ([`crate::Scheduler::submit_choices`]) reads the prompt
+    /// itself.
+    fn can_copy_seq(&self) -> bool {
+        false
+    }
+    /// Copy what slot `src` caches at `positions` into slot `dst` (the
+    /// same as evaluating those tokens there). Called only when
+    /// [`Backend::can_copy_seq`].
+    fn copy_seq(&mut self, src: usize, dst: usize, positions: std::ops::Range<usize>) {
+        let _ = (src, dst, positions);
+        panic!("this backend cannot copy a slot's cache");
+    }
     /// Long memory's access to the model, for backends that have one.
     fn memory_host(&mut self) -> Result<MemoryHost<'_>, MemoryError> {
         Err(MemoryError::Model(
@@ -119,6 +132,14 @@ impl Backend for ModelBackend<'_> {
 
     fn eog_tokens(&self) -> &[u32] {
         self.vocab.eog_tokens()
+    }
+
+    fn can_copy_seq(&self) -> bool {
+        true
+    }
+
+    fn copy_seq(&mut self, src: usize, dst: usize, positions: std::ops::Range<usize>) {
+        self.state.copy_seq(src, dst, positions);
     }
 
     fn memory_host(&mut self) -> Result<MemoryHost<'_>, MemoryError> {

@@ -8,6 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::logprobs::TokenLogprob;
 use crate::memory::{MemorySession, View};
 use crate::params::GenParams;
 
@@ -15,6 +16,14 @@ use crate::params::GenParams;
 pub trait Sink: Send {
     /// More text of the generation (never empty).
     fn text(&mut self, text: String);
+    /// Log-probabilities of generated tokens, in order, for a job that
+    /// asked ([`GenParams::logprobs`]): sent just before the
+    /// [`Sink::text`] that completes their text, or alone at the end for
+    /// tokens that print nothing. A token wholly inside a stop string is
+    /// never sent (one that starts before it is).
+    fn logprobs(&mut self, entries: Vec<TokenLogprob>) {
+        let _ = entries;
+    }
     /// The end, exactly once: how the generation finished, or why it could
     /// not run.
     fn finish(&mut self, end: Result<Finish, JobError>);
@@ -37,6 +46,9 @@ pub struct Job {
     pub queued_at: Instant,
     /// A long memory the prompt sees (and, with `append`, is added to).
     pub memory: Option<JobMemory>,
+    /// Another choice of the same request ([`crate::Scheduler::submit_choices`]):
+    /// the id of the job whose prompt reading this one shares.
+    pub(crate) follows: Option<u64>,
 }
 
 /// A job's long memory: the history the prompt sees before itself
@@ -94,6 +106,7 @@ impl Job {
             sink,
             queued_at: Instant::now(),
             memory: None,
+            follows: None,
         }
     }
 
@@ -126,6 +139,9 @@ pub enum FinishReason {
     ContextFull,
     /// The sink said nobody waits any more (Ctrl-C, a client that left).
     Cancelled,
+    /// The output is complete: the job's grammar ([`GenParams::constraint`])
+    /// allows nothing more.
+    GrammarComplete,
 }
 
 impl FinishReason {
@@ -137,6 +153,7 @@ impl FinishReason {
             FinishReason::Length => "length",
             FinishReason::ContextFull => "context",
             FinishReason::Cancelled => "cancelled",
+            FinishReason::GrammarComplete => "grammar",
         }
     }
 }
@@ -189,4 +206,7 @@ pub enum JobError {
     Internal,
     #[error("long memory: {0}")]
     Memory(String),
+    /// The job's grammar failed while generating (a limit of the parser).
+    #[error("structured output: {0}")]
+    Constraint(String),
 }

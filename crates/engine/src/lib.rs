@@ -11,6 +11,13 @@
 //!   statuses); nothing here knows about HTTP or async.
 //! - [`backend`]: what the scheduler needs from a model ([`Backend`]) and
 //!   the real one over `model`'s forward pass ([`ModelBackend`]).
+//! - [`constraint`]: structured output. A JSON schema or grammar compiled
+//!   for the model's vocabulary ([`GrammarCompiler`], once per model) masks
+//!   each step's logits and ends the job when the output is complete.
+//! - [`embed`]: a text's vector, pooled from the last hidden states
+//!   (`/v1/embeddings`), on a state of its own.
+//! - [`logprobs`]: each generated token's log-probability and the best
+//!   alternatives, for jobs that ask, and `logit_bias`.
 //! - [`params`]: how a job generates ([`GenParams`]) and the one check of
 //!   sampling settings the CLI and the server share ([`validate`]).
 //! - [`prompt`]: text to prompt tokens, plain or through a chat template,
@@ -30,7 +37,10 @@
 //! ```
 
 pub mod backend;
+pub mod constraint;
+pub mod embed;
 pub mod job;
+pub mod logprobs;
 pub mod memory;
 pub mod params;
 pub mod prompt;
@@ -42,9 +52,11 @@ pub mod stop;
 mod text;
 
 pub use backend::{Backend, MemoryHost, ModelBackend};
+pub use constraint::{Constraint, ConstraintError, ConstraintSpec, Grammar, GrammarCompiler};
 pub use job::{Finish, FinishReason, Job, JobError, JobMemory, MemoryTarget, MemoryUse, Sink};
+pub use logprobs::{TokenLogprob, TopLogprob};
 pub use params::{validate, GenParams, SamplingError, SamplingParam};
 pub use sample::{argmax, SampleError, Sampler, SamplerConfig};
 pub use scheduler::{Msg, Scheduler, DEFAULT_STREAM_INTERVAL};
-pub use stats::{Snapshot, Stats};
+pub use stats::{SlotInfo, Snapshot, Stats};
 pub use stop::{StopConditions, StopMatcher};

@@ -20,7 +20,24 @@ pub struct GenParams {
     /// End-of-generation tokens besides the vocabulary's own (a chat
     /// template's end of turn the vocabulary does not mark).
     pub extra_eog: Vec<u32>,
+    /// Report each generated token's log-probability and this many most
+    /// likely alternatives (at most [`MAX_TOP_LOGPROBS`]) through
+    /// [`crate::Sink::logprobs`]; `None`: none (see [`crate::logprobs`]).
+    pub logprobs: Option<usize>,
+    /// Added to these tokens' logits before the sampling chain (OpenAI's
+    /// `logit_bias`, [`MAX_LOGIT_BIAS`] either way: -100 bans a token in
+    /// practice, +100 forces it).
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Structured output: only tokens this grammar allows are sampled, and
+    /// the job ends when its output is complete (see [`crate::constraint`]).
+    pub constraint: Option<crate::constraint::Grammar>,
 }
+
+/// Most alternatives a token's log-probabilities list (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// Largest bias `logit_bias` takes, either way (OpenAI's range).
+pub const MAX_LOGIT_BIAS: f32 = 100.0;
 
 impl GenParams {
     /// Sampling as given, no limit but the context, no stop strings.
@@ -31,6 +48,9 @@ impl GenParams {
             stop: Vec::new(),
             ignore_eos: false,
             extra_eog: Vec::new(),
+            logprobs: None,
+            logit_bias: Vec::new(),
+            constraint: None,
         }
     }
 }

@@ -28,6 +28,13 @@
 //! `cached_tokens`. At least the prompt's last token is always evaluated,
 //! for its logits.
 //!
+//! The choices of one request ([`Scheduler::submit_choices`], OpenAI's
+//! `n`) read the prompt once: the first takes a slot and reads it, the
+//! others wait on free slots, and when the prompt's last token is
+//! evaluated each gets a copy of the first's cache ([`Backend::copy_seq`])
+//! and draws its first token from the same row of logits
+//! (`scheduler/choices.rs`).
+//!
 //! Determinism: every logits row depends only on its own sequence (the
 //! model's kernels give bit-identical rows whatever else is in the batch),
 //! so a greedy generation is the same alone or among fifteen others, and
@@ -43,10 +50,12 @@ use std::time::{Duration, Instant};
 use model::Token;
 
 use crate::backend::Backend;
+use crate::constraint::Constraint;
 use crate::job::{Finish, FinishReason, Job, JobError, MemoryTarget, MemoryUse};
+use crate::logprobs;
 use crate::memory::Memories;
 use crate::sample::Sampler;
-use crate::stats::Stats;
+use crate::stats::{SlotInfo, Stats};
 use crate::stop::StopConditions;
 use crate::text::TextOut;
 
@@ -54,6 +63,8 @@ use crate::text::TextOut;
 #[derive(Debug)]
 pub enum Msg {
     Job(Box<Job>),
+    /// The choices of one request (see [`Scheduler::submit_choices`]).
+    Choices(Vec<Job>),
     /// End every queued and running job now (a server's shutdown deadline),
     /// saying why.
     CancelAll(String),
@@ -77,6 +88,11 @@ struct Active {
     memory: Option<MemoryUse>,
     /// The tokens sampled, for a memory the turn is appended to.
     sampled: Vec<u32>,
+    /// Another choice's slot and job id, while this choice waits for
+    /// that one to read their shared prompt.
+    waits_for: Option<(usize, u64)>,
+    /// Structured output: the job's grammar, where its output has got to.
+    constraint: Option<Constraint>,
 }
 
 impl Active {
@@ -255,6 +271,7 @@ impl<B: Backend> Scheduler<B> {
     pub fn on_msg(&mut self, msg: Msg) {
         match msg {
             Msg::Job(job) => self.queue.push_back(job),
+            Msg::Choices(jobs) => self.queue_choices(jobs),
             Msg::CancelAll(why) => self.cancel_all(&why),
         }
     }
@@ -278,6 +295,7 @@ impl<B: Backend> Scheduler<B> {
             .store(self.busy_slots(), Ordering::Relaxed);
         self.build_batch();
         if self.batch.is_empty() {
+            self.publish_slots();
             return false;
         }
         self.steps += 1;
@@ -299,6 +317,8 @@ impl<B: Backend> Scheduler<B> {
         );
         let mut generated = 0;
         let mut ended_jobs = Vec::new();
+        // Prompts read to their end this step, for the choices waiting on them.
+        let mut leaders = Vec::new();
         for (r, &si) in self.row_slots.iter().enumerate() {
             let row = &logits[r * n_vocab..(r + 1) * n_vocab];
             let slot = &mut self.slots[si];
@@ -316,21 +336,39 @@ impl<B: Backend> Scheduler<B> {
             generated += a.generated - before;
             if first {
                 self.stats.first_token(a.job.queued_at.elapsed());
+                leaders.push((r, si, a.job.id));
             }
             if let Some(reason) = ended {
                 ended_jobs.push((slot.active.take().expect("still on its slot"), reason));
             }
         }
+        generated += self.start_followers(&leaders, &mut ended_jobs);
         for (a, reason) in ended_jobs {
             self.end(a, reason);
         }
         let prompt_tokens = self.batch.len() - self.n_decode;
         self.stats
             .record_step(self.batch.len(), prompt_tokens, generated, eval_time);
+        self.publish_slots();
         self.stats
             .active
             .store(self.busy_slots(), Ordering::Relaxed);
         true
+    }
+
+    /// What each slot holds and does, for a server's `/slots`.
+    fn publish_slots(&self) {
+        let slots = self.slots.iter().enumerate().map(|(id, s)| {
+            let a = s.active.as_ref();
+            SlotInfo {
+                id,
+                cached_tokens: s.cache.len(),
+                job: a.map(|a| a.job.id),
+                prompt_tokens: a.map_or(0, |a| a.job.prompt.len()),
+                generated_tokens: a.map_or(0, |a| a.generated),
+            }
+        });
+        self.stats.set_slots(slots);
     }
 
     fn busy_slots(&self) -> usize {
@@ -412,6 +450,12 @@ impl<B: Backend> Scheduler<B> {
         self.stats.finish_job(a.job.queued_at.elapsed());
         let mut finish = a.finish(reason);
         a.out.send_pending(a.job.sink.as_mut());
+        if let Some(why) = a.constraint.as_ref().and_then(Constraint::failure) {
+            a.job
+                .sink
+                .finish(Err(JobError::Constraint(why.to_string())));
+            return;
+        }
         let appended = a.job.memory.as_ref().filter(|m| m.append).map(|m| {
             let mut turn = m.turn.clone().unwrap_or_default();
             turn.extend_from_slice(&a.sampled);
@@ -460,7 +504,12 @@ impl<B: Backend> Scheduler<B> {
             let Some(si) = best else { break };
             let job = self.queue.pop_front().expect("front exists");
             self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+            let plan = self.plan(&job, si);
+            self.prepare_slot(si, &plan);
             self.start(si, job);
+            if let (choices::Plan::Wait(leader), Some(a)) = (plan, &mut self.slots[si].active) {
+                a.waits_for = Some(leader);
+            }
         }
     }
 
@@ -521,6 +570,8 @@ impl<B: Backend> Scheduler<B> {
         slot.active = Some(Active {
             memory,
             sampled: Vec::new(),
+            waits_for: None,
+            constraint: job.params.constraint.as_ref().map(|g| g.start()),
             out: TextOut::new(&stop),
             stop,
             cached,
@@ -538,6 +589,7 @@ impl<B: Backend> Scheduler<B> {
     fn build_batch(&mut self) {
         self.batch.clear();
         self.row_slots.clear();
+        self.release_orphans();
         for (si, slot) in self.slots.iter_mut().enumerate() {
             let Some(a) = &mut slot.active else { continue };
             if let Some(tok) = a.next.take() {
@@ -558,7 +610,8 @@ impl<B: Backend> Scheduler<B> {
             .enumerate()
             .filter_map(|(si, s)| {
                 let a = s.active.as_ref()?;
-                (s.cache.len() < a.job.prompt.len()).then_some((a.job.id, si))
+                (s.cache.len() < a.job.prompt.len() && a.waits_for.is_none())
+                    .then_some((a.job.id, si))
             })
             .collect();
         reading.sort_unstable();
@@ -601,24 +654,21 @@ fn sample_slot<B: Backend>(
     n_ctx: usize,
     interval: Duration,
 ) -> Option<FinishReason> {
-    let tok = if a.stop.ignore_eos {
-        // End-of-generation tokens are never drawn (llama.cpp's logit bias).
-        // Greedy: the argmax stands unless it is one of them, so the row is
-        // copied only then (the copy was 1% of the built-in model's
-        // instructions per token).
-        let greedy = a.sampler.is_plain_greedy();
-        match greedy.then(|| a.sampler.sample_from(logits, scratch)) {
-            Some(t) if !a.stop.is_eog(t) => t,
-            _ => {
-                scratch.clear();
-                scratch.extend_from_slice(logits);
-                a.stop.suppress_eog(scratch);
-                a.sampler.sample(scratch)
-            }
+    // Structured output: the grammar allows nothing more (or failed,
+    // which `end` reports).
+    let allow_eog = !a.stop.ignore_eos;
+    if let Some(c) = a.constraint.as_mut() {
+        if !c.can_continue(&a.stop.eog_tokens, allow_eog) {
+            a.out.flush(a.job.sink.as_mut());
+            return Some(FinishReason::GrammarComplete);
         }
-    } else {
-        a.sampler.sample_from(logits, scratch)
-    };
+    }
+    let (tok, modified) = draw(a, logits, scratch);
+    let logprob = a.job.params.logprobs.map(|n| {
+        let row: &[f32] = if modified { scratch } else { logits };
+        let temp = a.sampler.config().temp;
+        logprobs::token_logprob(row, temp, tok, n, |t| backend.piece(t).to_vec())
+    });
     if a.first_token_at.is_none() {
         a.first_token_at = Some(Instant::now());
     }
@@ -632,8 +682,12 @@ fn sample_slot<B: Backend>(
     }
     a.sampler.accept(tok);
     a.generated += 1;
-    if a.out.push(backend.piece(tok), sink, interval) {
+    if a.out.push(backend.piece(tok), logprob, sink, interval) {
         return Some(FinishReason::StopString);
+    }
+    if a.constraint.as_ref().is_some_and(Constraint::is_complete) {
+        a.out.flush(sink);
+        return Some(FinishReason::GrammarComplete);
     }
     if a.generated >= a.job.params.max_tokens {
         a.out.flush(sink);
@@ -645,6 +699,63 @@ fn sample_slot<B: Backend>(
     }
     a.next = Some(tok);
     None
+}
+
+/// The sampler's pick from `logits`, and whether it drew from a modified
+/// copy in `scratch` (the job's `logit_bias`, end tokens banned by
+/// `ignore_eos`, penalties) rather than from `logits` as they are.
+fn draw(a: &mut Active, logits: &[f32], scratch: &mut Vec<f32>) -> (u32, bool) {
+    let p = &a.job.params;
+    // Structured output, plain greedy: the best token the grammar allows,
+    // the row neither copied nor written (the mask is `can_continue`'s).
+    if let Some(c) = a.constraint.as_mut() {
+        if p.logit_bias.is_empty() && p.logprobs.is_none() && a.sampler.is_plain_greedy() {
+            let allow_eog = !a.stop.ignore_eos;
+            if let Ok(Some(tok)) = c.argmax(logits, &a.stop.eog_tokens, allow_eog) {
+                c.advance(tok, &a.stop.eog_tokens);
+                return (tok, false);
+            }
+        }
+    }
+    // Log-probabilities are of the row drawn from, so with `ignore_eos`
+    // they need the row with the end tokens banned.
+    if !p.logit_bias.is_empty()
+        || (a.stop.ignore_eos && p.logprobs.is_some())
+        || a.constraint.is_some()
+    {
+        scratch.clear();
+        scratch.extend_from_slice(logits);
+        logprobs::apply_bias(scratch, &p.logit_bias);
+        a.stop.suppress_eog(scratch);
+        let Some(c) = a.constraint.as_mut() else {
+            return (a.sampler.sample(scratch), true);
+        };
+        // Structured output: only what the grammar allows (the mask was
+        // computed by `can_continue`, so this cannot fail).
+        let allow_eog = !a.stop.ignore_eos;
+        let _ = c.mask(scratch, &a.stop.eog_tokens, allow_eog);
+        let tok = a.sampler.sample(scratch);
+        c.advance(tok, &a.stop.eog_tokens);
+        return (tok, true);
+    }
+    if a.stop.ignore_eos {
+        // End-of-generation tokens are never drawn (llama.cpp's logit bias).
+        // Greedy: the argmax stands unless it is one of them, so the row is
+        // copied only then (the copy was 1% of the built-in model's
+        // instructions per token).
+        let greedy = a.sampler.is_plain_greedy();
+        return match greedy.then(|| a.sampler.sample_from(logits, scratch)) {
+            Some(t) if !a.stop.is_eog(t) => (t, false),
+            _ => {
+                scratch.clear();
+                scratch.extend_from_slice(logits);
+                a.stop.suppress_eog(scratch);
+                (a.sampler.sample(scratch), true)
+            }
+        };
+    }
+    let t = a.sampler.sample_from(logits, scratch);
+    (t, !a.sampler.is_plain_greedy())
 }
 
 /// Turn a memory job's prompt into `[memory context | prompt]` (once: on
@@ -720,5 +831,6 @@ pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
+mod choices;
 #[cfg(test)]
 mod tests;

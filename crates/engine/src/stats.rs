@@ -35,6 +35,21 @@ pub struct Stats {
     job_count: AtomicU64,
     /// (when, prompt tokens evaluated, tokens generated) per recent step.
     recent: Mutex<VecDeque<(Instant, usize, usize)>>,
+    /// Each slot as of the last step.
+    slots: Mutex<Vec<SlotInfo>>,
+}
+
+/// One slot as of the scheduler's last step (`/slots`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlotInfo {
+    pub id: usize,
+    /// Positions its KV cache holds (a later prompt with the same start
+    /// reuses them).
+    pub cached_tokens: usize,
+    /// The job on it, if any.
+    pub job: Option<u64>,
+    pub prompt_tokens: usize,
+    pub generated_tokens: usize,
 }
 
 /// The counters at one moment.
@@ -85,6 +100,7 @@ impl Stats {
             job_us: AtomicU64::new(0),
             job_count: AtomicU64::new(0),
             recent: Mutex::new(VecDeque::new()),
+            slots: Mutex::new(Vec::new()),
         }
     }
 
@@ -94,6 +110,34 @@ impl Stats {
             .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
         self.cached_tokens
             .fetch_add(cached as u64, Ordering::Relaxed);
+    }
+
+    /// Prompt tokens a job found cached after it started (a choice that
+    /// shares another's prompt reading).
+    pub(crate) fn add_cached(&self, cached: usize) {
+        self.cached_tokens
+            .fetch_add(cached as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_slots(&self, slots: impl Iterator<Item = SlotInfo>) {
+        let mut v = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        v.clear();
+        v.extend(slots);
+    }
+
+    /// Each slot as of the scheduler's last step (idle slots before the
+    /// first step).
+    pub fn slots(&self) -> Vec<SlotInfo> {
+        let v = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        if v.is_empty() {
+            return (0..self.n_slots)
+                .map(|id| SlotInfo {
+                    id,
+                    ..SlotInfo::default()
+                })
+                .collect();
+        }
+        v.clone()
     }
 
     pub(crate) fn first_token(&self, since_queued: Duration) {

@@ -15,6 +15,8 @@ pub enum Error {
     Tensor { name: String, problem: String },
     /// A layer asked of a state (to capture, or to stop after) that it
     /// cannot give.
+    #[error("not supported: {0}")]
+    Unsupported(String),
     #[error("layer {layer}: {problem}")]
     Layer { layer: usize, problem: String },
     #[error("not enough memory: need {need} (weights {weights} + KV cache {kv} + scratch {scratch}), {available} available; try a smaller context (-c)")]

@@ -107,6 +107,7 @@ impl Codec {
 pub struct KvCache {
     ty: KvType,
     codec: Codec,
+    n_layers: usize,
     n_ctx: usize,
     n_kv_heads: usize,
     head_dim: usize,
@@ -135,6 +136,7 @@ impl KvCache {
         Ok(KvCache {
             ty,
             codec: Codec::for_type(ty),
+            n_layers,
             n_ctx,
             n_kv_heads,
             head_dim,
@@ -221,6 +223,55 @@ impl KvCache {
                     for (dst, src) in row.chunks_exact_mut(hb).zip(x.chunks_exact(hd)) {
                         from_float(src, dst);
                     }
+                }
+            }
+        }
+    }
+
+    /// Copy `positions` of every layer's keys and values into `dst`, a
+    /// cache of the same shape (a sequence's prefix shared with another:
+    /// the same bits as evaluating those positions again, for a fraction
+    /// of the time). Panics on another shape or positions past `n_ctx`.
+    pub fn copy_positions(&self, dst: &mut KvCache, positions: std::ops::Range<usize>) {
+        assert!(
+            (
+                self.ty,
+                self.n_layers,
+                self.n_ctx,
+                self.n_kv_heads,
+                self.head_dim
+            ) == (
+                dst.ty,
+                dst.n_layers,
+                dst.n_ctx,
+                dst.n_kv_heads,
+                dst.head_dim
+            ),
+            "KV cache: copy between caches of different shapes"
+        );
+        assert!(
+            positions.start <= positions.end && positions.end <= self.n_ctx,
+            "KV cache: copy of positions {positions:?} past n_ctx {}",
+            self.n_ctx
+        );
+        let layer_bytes = self.layer_bytes();
+        // Runs of contiguous bytes: by columns, each of a layer's
+        // `n_kv_heads · head_dim` columns holds the positions in order; by
+        // rows, a layer's positions are one run.
+        let (runs, run_stride, unit) = if self.by_columns() {
+            let elem = self.head_bytes / self.head_dim;
+            (self.n_kv_heads * self.head_dim, self.n_ctx * elem, elem)
+        } else {
+            (1, 0, self.n_kv_heads * self.head_bytes)
+        };
+        for (from, to) in [(&self.keys, &mut dst.keys), (&self.values, &mut dst.values)] {
+            let from = bytemuck::cast_slice::<Word, u8>(from);
+            let to = bytemuck::cast_slice_mut::<Word, u8>(to);
+            for layer in 0..self.n_layers {
+                for run in 0..runs {
+                    let base = layer * layer_bytes + run * run_stride;
+                    let span = base + positions.start * unit..base + positions.end * unit;
+                    to[span.clone()].copy_from_slice(&from[span]);
                 }
             }
         }
@@ -373,6 +424,45 @@ mod tests {
         assert_eq!(KvType::Q8_0.head_bytes(64), Some(68));
         assert_eq!(KvType::Q8_0.head_bytes(18), None);
         assert!(KvCache::new(KvType::Q8_0, 1, 4, 1, 18).is_err());
+    }
+
+    #[test]
+    fn copied_positions_read_back_the_same_and_nothing_else_moves() {
+        for ty in [KvType::F16, KvType::Q8_0, KvType::F32] {
+            let (layers, ctx, heads, hd) = (2, 6, 3, 32);
+            let mut src = KvCache::new(ty, layers, ctx, heads, hd).unwrap();
+            let mut dst = KvCache::new(ty, layers, ctx, heads, hd).unwrap();
+            let row = |l: usize, p: usize, s: f32| -> Vec<f32> {
+                (0..heads * hd)
+                    .map(|i| s * ((l * 5 + p * 7 + i) % 13) as f32 / 13.0 - 0.3)
+                    .collect()
+            };
+            for l in 0..layers {
+                for p in 0..ctx {
+                    src.store(l, p, &row(l, p, 1.0), &row(l, p, -1.0));
+                    dst.store(l, p, &row(l, p, 3.0), &row(l, p, 2.0));
+                }
+            }
+            src.copy_positions(&mut dst, 1..4);
+            let (mut a, mut b) = (vec![0.0; hd], vec![0.0; hd]);
+            for l in 0..layers {
+                for p in 0..ctx {
+                    for h in 0..heads {
+                        let from = if (1..4).contains(&p) { &src } else { &dst };
+                        from.layer(l).key(p, h, &mut a);
+                        dst.layer(l).key(p, h, &mut b);
+                        assert_eq!(a, b, "{ty} key l{l} p{p} h{h}");
+                        from.layer(l).value(p, h, &mut a);
+                        dst.layer(l).value(p, h, &mut b);
+                        assert_eq!(a, b, "{ty} value l{l} p{p} h{h}");
+                    }
+                }
+            }
+            // Positions 0, 4 and 5 kept dst's own values.
+            src.layer(0).key(0, 0, &mut a);
+            dst.layer(0).key(0, 0, &mut b);
+            assert_ne!(a, b, "{ty}");
+        }
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub(crate) trait Pass {
     /// Capture these layers' pre-RoPE keys and queries from the next call
     /// on; errors if one has none.
     fn capture(&mut self, layers: &[usize]) -> Result<(), Error>;
+    /// Copy sequence `src`'s cached `positions` into sequence `dst`.
+    fn copy_seq(&mut self, src: usize, dst: usize, positions: std::ops::Range<usize>);
 }
 
 /// What a call leaves besides the caches, and how far it goes.
@@ -41,6 +43,13 @@ pub(crate) struct Outputs {
     last_layer: Option<usize>,
     n_layers: usize,
     vocab: usize,
+    /// The head stops at the final norm: rows asked for logits get their
+    /// normed hidden state in `embd` instead (for embeddings).
+    pub embeddings: bool,
+    pub embd: Vec<f32>, // (logit rows, dim)
+    /// Floats of `embd` the last call filled.
+    pub n_embd: usize,
+    embd_rows: usize,
 }
 
 impl Outputs {
@@ -54,6 +63,20 @@ impl Outputs {
             last_layer: None,
             n_layers: cfg.n_layers,
             vocab: cfg.vocab_size,
+            embeddings: false,
+            embd: Vec::new(),
+            n_embd: 0,
+            embd_rows: 0,
+        }
+    }
+
+    /// Switch the head to hidden states (`dim` floats per row, for every
+    /// token of a batch of `n_batch` if they all ask) or back.
+    pub fn set_embeddings(&mut self, on: bool, dim: usize, n_batch: usize) {
+        self.embeddings = on;
+        if on && self.embd.len() < n_batch * dim {
+            self.embd = vec![0.0; n_batch * dim];
+            self.embd_rows = n_batch;
         }
     }
 
@@ -94,10 +117,12 @@ impl Outputs {
             n_seq,
             n_ctx,
             vocab: self.vocab,
-            logit_rows: if self.head() {
-                self.logits.len() / self.vocab.max(1)
-            } else {
+            logit_rows: if !self.head() {
                 usize::MAX
+            } else if self.embeddings {
+                self.embd_rows
+            } else {
+                self.logits.len() / self.vocab.max(1)
             },
         }
     }
@@ -105,7 +130,20 @@ impl Outputs {
     /// A call of `n` tokens begins: no logits yet, captures sized to it.
     pub fn begin(&mut self, n: usize) {
         self.n_logits = 0;
+        self.n_embd = 0;
         let last = self.last_layer();
         self.capture.begin(n, last);
+    }
+}
+
+/// Elements `a` (shared) and `b` (mutable) of `v`, which must differ.
+pub(crate) fn two_mut<T>(v: &mut [T], a: usize, b: usize) -> (&T, &mut T) {
+    assert_ne!(a, b, "two_mut of one element");
+    if a < b {
+        let (lo, hi) = v.split_at_mut(b);
+        (&lo[a], &mut hi[0])
+    } else {
+        let (lo, hi) = v.split_at_mut(a);
+        (&hi[0], &mut lo[b])
     }
 }

@@ -796,3 +796,50 @@ fn captures_attention_blocks_before_rope() {
     assert_eq!(bits(st.captured_keys(1)), alone[0][1].0);
     assert_eq!(bits(st.captured_queries(1)), alone[0][1].1);
 }
+
+/// `State::copy_seq`: a sequence given another's prefix (over stale
+/// positions of its own) continues with the same bits as the original.
+#[test]
+fn a_copied_sequence_continues_exactly() {
+    let m = TinyCachefit::random(small(), 12);
+    let l = write(&m, Storage::I8);
+    let cfg = ModelConfig::from_gguf(l.file.metadata()).unwrap();
+    let model = Model::from_gguf(&l.file, &cfg).unwrap();
+    let pool = ThreadPool::new(1);
+    let (prompt, stale, more) = (
+        tokens(12, 3, BYTE_VOCAB),
+        tokens(20, 5, BYTE_VOCAB),
+        tokens(5, 4, BYTE_VOCAB),
+    );
+    let mut s = model.new_state(&opts(64, 32, false, 2)).unwrap();
+    let run = |s: &mut model::State<'_>, seq: usize, ids: &[u32], pos0: usize| {
+        let toks: Vec<Token> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| Token {
+                id,
+                seq,
+                pos: pos0 + i,
+                logits: i + 1 == ids.len(),
+            })
+            .collect();
+        s.forward(&pool, &toks);
+    };
+    run(&mut s, 0, &prompt, 0);
+    run(&mut s, 1, &stale, 0);
+    s.copy_seq(0, 1, 0..prompt.len());
+    for (i, &id) in more.iter().enumerate() {
+        let pos = prompt.len() + i;
+        let both: Vec<Token> = (0..2)
+            .map(|seq| Token {
+                id,
+                seq,
+                pos,
+                logits: true,
+            })
+            .collect();
+        let out = s.forward(&pool, &both);
+        let v = cfg.vocab_size;
+        assert_eq!(bits(&out[..v]), bits(&out[v..]), "token {i}");
+    }
+}

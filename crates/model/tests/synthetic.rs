@@ -662,3 +662,47 @@ fn stopping_after_a_layer_captures_the_same_keys() {
         v
     );
 }
+
+/// Embeddings mode keeps each row's normed hidden state and skips the
+/// vocabulary matmul: the output matrix applied to those states gives the
+/// logits a normal call gives, bit for bit.
+#[test]
+fn embeddings_are_the_states_the_head_projects() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = Tiny::new("llama", 16, 11);
+    let path = dir.path().join("llama.gguf");
+    tiny.write(&path, None);
+    let file = GgufFile::open(&path).unwrap();
+    let cfg = ModelConfig::from_gguf(file.metadata()).unwrap();
+    let model = Model::from_gguf(&file, &cfg).unwrap();
+    let Weights::Llama(w) = model.weights() else {
+        panic!("binds as a llama model");
+    };
+    let pool = ThreadPool::new(1);
+    let tokens = [3u32, 17, 42, 0, 49];
+    let opts = StateOptions {
+        all_logits: true,
+        ..StateOptions::new(16)
+    };
+    let mut state = model.new_state(&opts).unwrap();
+    let logits = state.forward_seq(&pool, &tokens, 0, Logits::All).to_vec();
+    // Every token's state, without the logit rows all_logits keeps.
+    let mut state = model.new_state(&StateOptions::new(16)).unwrap();
+    state.set_embeddings(true).unwrap();
+    assert!(state.forward_seq(&pool, &tokens, 0, Logits::All).is_empty());
+    let embd = state.embeddings().to_vec();
+    assert_eq!(embd.len(), tokens.len() * cfg.dim);
+    let mut again = vec![0.0; tokens.len() * cfg.vocab_size];
+    let mut scratch = kernels::matmul::MatmulScratch::new();
+    kernels::matmul::matmul(&pool, &w.output, &embd, &mut again, &mut scratch);
+    assert_eq!(again, logits);
+    // Off again: logits, no embeddings.
+    state.set_embeddings(false).unwrap();
+    assert_eq!(
+        state
+            .forward_seq(&pool, &tokens[..1], 5, Logits::Last)
+            .len(),
+        cfg.vocab_size
+    );
+    assert!(state.embeddings().is_empty());
+}

@@ -2,8 +2,10 @@
 //! and `/v1/completions`.
 //!
 //! Requests are read from a `serde_json::Value` field by field, so a wrong
-//! type or value names the field (`param`) in the 400 answered. Unknown
-//! fields are ignored, as OpenAI's clients send more than we use.
+//! type or value names the field (`param`) in the 400 answered. A field
+//! not in [`COMMON_FIELDS`] or the endpoint's list ([`CHAT_FIELDS`],
+//! [`COMPLETION_FIELDS`]) is a 400 naming it: nothing a client asks for is
+//! silently ignored (docs/API.md says what each field does).
 //!
 //! Sampling defaults are llama.cpp's server's (temperature 0.8, top-k 40,
 //! top-p 0.95, min-p 0.05), not OpenAI's; `top_k`, `min_p` and
@@ -25,10 +27,93 @@ pub enum Kind {
     Completion,
 }
 
+/// Fields both endpoints know. Each is implemented, or harmless to accept
+/// and documented as accepted-and-ignored in docs/API.md (`metadata`,
+/// `service_tier`, `prediction`, `cache_prompt`: none changes the output).
+/// A new field goes here (or in its endpoint's list) with its parser.
+pub const COMMON_FIELDS: &[&str] = &[
+    "model",
+    "stream",
+    "stream_options",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "n",
+    "stop",
+    "seed",
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+    "logprobs",
+    "user",
+    "metadata",
+    "store",
+    "service_tier",
+    // llama.cpp server's extensions.
+    "top_k",
+    "min_p",
+    "repeat_penalty",
+    "ignore_eos",
+    "cache_prompt",
+    // Structured output.
+    "response_format",
+    "grammar",
+    "json_schema",
+    // Ours: a long memory by name.
+    "memory",
+];
+
+/// Fields only `/v1/chat/completions` knows.
+pub const CHAT_FIELDS: &[&str] = &[
+    "messages",
+    "top_logprobs",
+    "prediction",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+];
+
+/// Fields only `/v1/completions` knows.
+pub const COMPLETION_FIELDS: &[&str] = &["prompt", "echo", "suffix"];
+
+/// Keys of `stream_options` (`include_obfuscation` pads chunks against
+/// length side channels on OpenAI's side; accepted and ignored).
+pub const STREAM_OPTIONS_FIELDS: &[&str] = &["include_usage", "include_obfuscation"];
+
+/// Most choices one request may ask for (`n`); the server also keeps `n`
+/// within its slots.
+pub const MAX_N: u64 = 64;
+
+/// Most `logprobs` alternatives of `/v1/completions` (OpenAI's limit; chat's
+/// `top_logprobs` goes to [`engine::params::MAX_TOP_LOGPROBS`]).
+pub const MAX_COMPLETION_LOGPROBS: u64 = 5;
+
+/// 400 for the first field of `obj` that `kind` does not know, naming it
+/// (OpenAI's message for an unknown argument).
+pub fn check_fields(obj: &Map<String, Value>, kind: Kind) -> Result<(), ApiError> {
+    let own = match kind {
+        Kind::Chat => CHAT_FIELDS,
+        Kind::Completion => COMPLETION_FIELDS,
+    };
+    match obj
+        .keys()
+        .find(|k| !COMMON_FIELDS.contains(&k.as_str()) && !own.contains(&k.as_str()))
+    {
+        Some(k) => Err(
+            ApiError::param(k, format!("Unrecognized request argument supplied: {k}"))
+                .with_code("unknown_parameter"),
+        ),
+        None => Ok(()),
+    }
+}
+
 /// What both endpoints take besides the prompt.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
     pub stream: bool,
+    /// Choices to generate for the one prompt (`n`, at least 1).
+    pub n: usize,
     pub include_usage: bool,
     /// How to generate: the server's defaults (its command line) with what
     /// the request sets. `max_tokens` is `max_completion_tokens`, else
@@ -47,6 +132,8 @@ pub enum Prompt {
 pub struct ChatRequest {
     pub messages: Vec<Message>,
     pub options: Options,
+    /// `tools`, `tool_choice`, `parallel_tool_calls` ([`crate::tools`]).
+    pub tools: Option<crate::tools::ToolRequest>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -73,6 +160,7 @@ impl ChatRequest {
         obj: &Map<String, Value>,
         defaults: &GenParams,
     ) -> Result<ChatRequest, ApiError> {
+        check_fields(obj, Kind::Chat)?;
         let messages = match obj.get("messages") {
             Some(Value::Array(items)) if !items.is_empty() => items
                 .iter()
@@ -92,7 +180,8 @@ impl ChatRequest {
         };
         Ok(ChatRequest {
             messages,
-            options: Options::from_json(obj, defaults)?,
+            options: Options::from_json(obj, defaults, Kind::Chat)?,
+            tools: crate::tools::ToolRequest::from_json(obj)?,
         })
     }
 }
@@ -102,6 +191,7 @@ impl CompletionRequest {
         obj: &Map<String, Value>,
         defaults: &GenParams,
     ) -> Result<CompletionRequest, ApiError> {
+        check_fields(obj, Kind::Completion)?;
         let one_prompt = || ApiError::param("prompt", "Only one prompt per request is supported");
         let prompt = match obj.get("prompt") {
             Some(Value::String(s)) => Prompt::Text(s.clone()),
@@ -151,7 +241,7 @@ impl CompletionRequest {
         }
         Ok(CompletionRequest {
             prompt,
-            options: Options::from_json(obj, defaults)?,
+            options: Options::from_json(obj, defaults, Kind::Completion)?,
         })
     }
 }
@@ -251,30 +341,51 @@ fn message(i: usize, m: &Value) -> Result<Message, ApiError> {
             ))
         }
     };
-    Ok(Message::new(role, content))
+    let mut message = Message::new(role, content);
+    crate::tools::message_fields(&param, m, &mut message)?;
+    Ok(message)
 }
 
 impl Options {
     /// The request's settings over `defaults`. Sampling values go through
     /// the engine's one check ([`engine::validate`]), as the command
-    /// line's do.
-    pub fn from_json(obj: &Map<String, Value>, defaults: &GenParams) -> Result<Options, ApiError> {
+    /// line's do. `kind` says how `logprobs` reads (chat: a boolean with
+    /// `top_logprobs`; completions: how many alternatives).
+    pub fn from_json(
+        obj: &Map<String, Value>,
+        defaults: &GenParams,
+        kind: Kind,
+    ) -> Result<Options, ApiError> {
         let f = Fields(obj);
-        if let Some(n) = f.int("n", 1, u64::MAX)? {
-            if n != 1 {
-                return Err(ApiError::param("n", "Only `n` = 1 is supported"));
-            }
-        }
-        if f.bool("logprobs")? == Some(true) {
-            return Err(ApiError::param("logprobs", "`logprobs` is not supported"));
+        let n = f.int("n", 1, MAX_N)?.map_or(1, |n| n as usize);
+        let logprobs = logprobs(&f, kind)?;
+        let logit_bias = logit_bias(obj)?;
+        if f.bool("store")? == Some(true) {
+            return Err(ApiError::param(
+                "store",
+                "This server stores no completions: `store` must be false or absent",
+            ));
         }
         let stream = f.bool("stream")?.unwrap_or(false);
         let include_usage = match obj.get("stream_options") {
             None | Some(Value::Null) => false,
-            Some(Value::Object(o)) => Fields(o)
-                .bool("include_usage")
-                .map_err(|e| e.with_param("stream_options.include_usage"))?
-                .unwrap_or(false),
+            Some(Value::Object(o)) => {
+                if let Some(k) = o
+                    .keys()
+                    .find(|k| !STREAM_OPTIONS_FIELDS.contains(&k.as_str()))
+                {
+                    let param = format!("stream_options.{k}");
+                    return Err(ApiError::param(
+                        &param,
+                        format!("Unrecognized request argument supplied: {param}"),
+                    )
+                    .with_code("unknown_parameter"));
+                }
+                Fields(o)
+                    .bool("include_usage")
+                    .map_err(|e| e.with_param("stream_options.include_usage"))?
+                    .unwrap_or(false)
+            }
             Some(other) => return Err(wrong_type("stream_options", "an object", other)),
         };
         let max_tokens = match f.int("max_completion_tokens", 1, u64::MAX)? {
@@ -335,15 +446,96 @@ impl Options {
         })?;
         Ok(Options {
             stream,
+            n,
             include_usage,
             params: GenParams {
                 max_tokens,
                 sampling,
                 stop,
                 ignore_eos: f.bool("ignore_eos")?.unwrap_or(defaults.ignore_eos),
-                extra_eog: defaults.extra_eog.clone(),
+                logprobs,
+                logit_bias,
+                // Anything else as the server's defaults say.
+                ..defaults.clone()
             },
         })
+    }
+}
+
+/// `logprobs` (and chat's `top_logprobs`): how many alternatives each
+/// generated token lists, or `None` for no log-probabilities.
+fn logprobs(f: &Fields, kind: Kind) -> Result<Option<usize>, ApiError> {
+    match kind {
+        Kind::Chat => {
+            let on = f.bool("logprobs")?.unwrap_or(false);
+            let top = f.int("top_logprobs", 0, engine::params::MAX_TOP_LOGPROBS as u64)?;
+            match (on, top) {
+                (false, Some(_)) => Err(ApiError::param(
+                    "top_logprobs",
+                    "`top_logprobs` needs `logprobs` set to true",
+                )),
+                (false, None) => Ok(None),
+                (true, top) => Ok(Some(top.unwrap_or(0) as usize)),
+            }
+        }
+        Kind::Completion => Ok(f
+            .int("logprobs", 0, MAX_COMPLETION_LOGPROBS)?
+            .map(|n| n as usize)),
+    }
+}
+
+/// `logit_bias`: an object from token ids (as strings, OpenAI's form) to
+/// biases in [-100, 100]. Whether an id is in the vocabulary is checked
+/// with the model ([`check_logit_bias`]).
+fn logit_bias(obj: &Map<String, Value>) -> Result<Vec<(u32, f32)>, ApiError> {
+    let map = match obj.get("logit_bias") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(other) => {
+            return Err(wrong_type(
+                "logit_bias",
+                "an object from token ids to biases",
+                other,
+            ))
+        }
+    };
+    let max = engine::params::MAX_LOGIT_BIAS;
+    map.iter()
+        .map(|(k, v)| {
+            let id = k.parse::<u32>().map_err(|_| {
+                ApiError::param(
+                    "logit_bias",
+                    format!("`logit_bias` keys are token ids (e.g. \"50256\"), not {k:?}"),
+                )
+            })?;
+            let bias = v
+                .as_f64()
+                .filter(|b| (-(max as f64)..=max as f64).contains(b))
+                .ok_or_else(|| {
+                    ApiError::param(
+                        "logit_bias",
+                        format!(
+                            "`logit_bias` values are numbers from -{max} to {max}; token {k} has {v}"
+                        ),
+                    )
+                })?;
+            Ok((id, bias as f32))
+        })
+        .collect()
+}
+
+/// 400 when a `logit_bias` token is outside the model's vocabulary.
+pub fn check_logit_bias(params: &GenParams, n_vocab: usize) -> Result<(), ApiError> {
+    match params
+        .logit_bias
+        .iter()
+        .find(|(t, _)| *t as usize >= n_vocab)
+    {
+        Some((t, _)) => Err(ApiError::param(
+            "logit_bias",
+            format!("`logit_bias` names token {t}, outside the model's vocabulary of {n_vocab}"),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -423,7 +615,7 @@ impl Fields<'_> {
     }
 }
 
-fn wrong_type(param: &str, want: &str, got: &Value) -> ApiError {
+pub(crate) fn wrong_type(param: &str, want: &str, got: &Value) -> ApiError {
     ApiError::param(
         param,
         format!("`{param}` must be {want}, not {}", type_name(got)),
@@ -544,13 +736,15 @@ impl Envelope {
     }
 }
 
-/// OpenAI's `finish_reason`: `stop` for an end-of-generation token or a
-/// stop string, `length` for `max_tokens` or a full context.
+/// OpenAI's `finish_reason`: `stop` for an end-of-generation token, a
+/// stop string or a complete structured output, `length` for
+/// `max_tokens` or a full context.
 pub fn finish_reason(r: FinishReason) -> &'static str {
     match r {
-        FinishReason::EndOfGeneration | FinishReason::StopString | FinishReason::Cancelled => {
-            "stop"
-        }
+        FinishReason::EndOfGeneration
+        | FinishReason::StopString
+        | FinishReason::Cancelled
+        | FinishReason::GrammarComplete => "stop",
         FinishReason::Length | FinishReason::ContextFull => "length",
     }
 }
@@ -702,7 +896,7 @@ mod tests {
                 "seed",
             ),
             (
-                r#"{"messages": [{"role": "user", "content": "x"}], "n": 2}"#,
+                r#"{"messages": [{"role": "user", "content": "x"}], "n": 0}"#,
                 "n",
             ),
             (
@@ -731,6 +925,109 @@ mod tests {
             assert_eq!(e.status, 400, "{body}");
             assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
         }
+    }
+
+    fn completion(text: &str) -> Result<CompletionRequest, ApiError> {
+        CompletionRequest::from_json(&obj(text), &defaults())
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        let e = chat_err(r#"{"messages": [{"role": "user", "content": "x"}], "best_of": 2}"#);
+        assert_eq!(e.param.as_deref(), Some("best_of"));
+        assert!(e.message.contains("best_of"), "{}", e.message);
+        // Each endpoint's own fields are unknown to the other.
+        let e = chat_err(r#"{"messages": [{"role": "user", "content": "x"}], "echo": false}"#);
+        assert_eq!(e.param.as_deref(), Some("echo"));
+        let e = completion(r#"{"prompt": "x", "top_logprobs": 2}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("top_logprobs"));
+        let e = chat_err(
+            r#"{"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true, "chunk_size": 3}}"#,
+        );
+        assert_eq!(e.param.as_deref(), Some("stream_options.chunk_size"));
+        // Harmless ones are accepted; `store: true` asks for what we do not do.
+        let ok = r#"{"messages": [{"role": "user", "content": "x"}], "user": "u", "metadata": {"a": "b"},
+            "store": false, "service_tier": "auto", "cache_prompt": true, "n": 1, "logprobs": false,
+            "stream_options": {"include_obfuscation": false}}"#;
+        assert!(ChatRequest::from_json(&obj(ok), &defaults()).is_ok());
+        let e = chat_err(r#"{"messages": [{"role": "user", "content": "x"}], "store": true}"#);
+        assert_eq!(e.param.as_deref(), Some("store"));
+        // Every listed field passes the check (its own parser judges its value).
+        for kind in [Kind::Chat, Kind::Completion] {
+            let own = if kind == Kind::Chat {
+                CHAT_FIELDS
+            } else {
+                COMPLETION_FIELDS
+            };
+            let all: Map<String, Value> = COMMON_FIELDS
+                .iter()
+                .chain(own)
+                .map(|k| (k.to_string(), Value::Null))
+                .collect();
+            assert_eq!(check_fields(&all, kind), Ok(()));
+        }
+    }
+
+    #[test]
+    fn logprobs_n_and_logit_bias() {
+        let chat = |extra: &str| {
+            ChatRequest::from_json(
+                &obj(&format!(
+                    r#"{{"messages": [{{"role": "user", "content": "x"}}]{extra}}}"#
+                )),
+                &defaults(),
+            )
+            .map(|r| r.options)
+        };
+        let o = chat(r#", "logprobs": true, "top_logprobs": 20, "n": 3, "logit_bias": {"5": -100, "7": 2.5}"#)
+            .unwrap();
+        assert_eq!(o.params.logprobs, Some(20));
+        assert_eq!(o.n, 3);
+        let mut bias = o.params.logit_bias.clone();
+        bias.sort_by_key(|b| b.0);
+        assert_eq!(bias, vec![(5, -100.0), (7, 2.5)]);
+        assert_eq!(
+            chat(r#", "logprobs": true"#).unwrap().params.logprobs,
+            Some(0)
+        );
+        assert_eq!(chat("").unwrap().params.logprobs, None);
+        assert_eq!(chat("").unwrap().n, 1);
+        for (extra, param) in [
+            (r#", "top_logprobs": 2"#, "top_logprobs"),
+            (r#", "logprobs": true, "top_logprobs": 21"#, "top_logprobs"),
+            (r#", "logprobs": 3"#, "logprobs"),
+            (r#", "n": 65"#, "n"),
+            (r#", "logit_bias": {"x": 1}"#, "logit_bias"),
+            (r#", "logit_bias": {"3": 101}"#, "logit_bias"),
+            (r#", "logit_bias": {"3": "a lot"}"#, "logit_bias"),
+            (r#", "logit_bias": {"-3": 1}"#, "logit_bias"),
+            (r#", "logit_bias": [[3, 1]]"#, "logit_bias"),
+        ] {
+            let e = chat(extra).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{extra}: {}", e.message);
+        }
+        // Completions: `logprobs` is how many alternatives, 0 to 5.
+        let lp = |v: &str| {
+            completion(&format!(r#"{{"prompt": "x", "logprobs": {v}}}"#))
+                .map(|r| r.options.params.logprobs)
+        };
+        assert_eq!(lp("0"), Ok(Some(0)));
+        assert_eq!(lp("5"), Ok(Some(5)));
+        assert_eq!(lp("null"), Ok(None));
+        for bad in ["6", "true", "-1"] {
+            assert_eq!(
+                lp(bad).unwrap_err().param.as_deref(),
+                Some("logprobs"),
+                "{bad}"
+            );
+        }
+        // Token ids are checked against the model's vocabulary.
+        let p = chat(r#", "logit_bias": {"49151": 1}"#).unwrap().params;
+        assert!(check_logit_bias(&p, 49152).is_ok());
+        assert_eq!(
+            check_logit_bias(&p, 49151).unwrap_err().param.as_deref(),
+            Some("logit_bias")
+        );
     }
 
     #[test]

@@ -163,7 +163,9 @@ impl ApiError {
             | JobError::PromptTooLong { .. }
             | JobError::TokenOutOfRange { .. } => ApiError::invalid(e.to_string()),
             JobError::ShuttingDown(why) => ApiError::unavailable(why.clone()),
-            JobError::Internal | JobError::Memory(_) => ApiError::internal(e.to_string()),
+            JobError::Internal | JobError::Memory(_) | JobError::Constraint(_) => {
+                ApiError::internal(e.to_string())
+            }
         }
     }
 

@@ -4,13 +4,16 @@
 //! which the sink reports as cancelled, so the engine frees the slot at its
 //! next step.
 
-use engine::{Finish, JobError, Sink};
+use engine::{Finish, JobError, Sink, TokenLogprob};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// More text (never empty).
     Text(String),
+    /// Log-probabilities of the tokens of the next `Text` (or, last, of
+    /// tokens that print nothing), for a request that asked.
+    Logprobs(Vec<TokenLogprob>),
     Done(Finish),
     Error(JobError),
 }
@@ -26,6 +29,10 @@ pub fn channel() -> (ChannelSink, UnboundedReceiver<Event>) {
 impl Sink for ChannelSink {
     fn text(&mut self, text: String) {
         let _ = self.0.send(Event::Text(text));
+    }
+
+    fn logprobs(&mut self, entries: Vec<TokenLogprob>) {
+        let _ = self.0.send(Event::Logprobs(entries));
     }
 
     fn finish(&mut self, end: Result<Finish, JobError>) {

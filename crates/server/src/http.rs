@@ -33,10 +33,14 @@ use serde_json::{json, Value};
 use tokenize::Vocab;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::access_log;
 use crate::api::{self, ChatRequest, CompletionRequest, Envelope, Kind, Options, Prompt};
+use crate::choices::{self, ChoiceStream, Polled};
+use crate::embeddings;
 use crate::error::ApiError;
 use crate::events::{self, Event};
 use crate::metrics::Metrics;
+use crate::utility;
 
 /// Most bytes of an over-long body read (and dropped) before answering
 /// 413, so the client gets the answer rather than a reset connection.
@@ -70,6 +74,15 @@ pub struct App {
     pub created: u64,
     pub next_id: AtomicU64,
     pub shutting_down: AtomicBool,
+    /// How request lines are logged (`--log-format`).
+    pub log_format: access_log::LogFormat,
+    /// The model's token trie for structured output, built on the first
+    /// request that asks for it ([`crate::structured`]).
+    pub grammars: std::sync::OnceLock<Result<engine::GrammarCompiler, engine::ConstraintError>>,
+    /// The embedding thread's queue (`/v1/embeddings`).
+    pub embed: Option<std::sync::mpsc::Sender<embeddings::EmbedRequest>>,
+    /// Width of an embedding.
+    pub embedding_dim: usize,
 }
 
 pub fn router(app: Arc<App>) -> Router {
@@ -77,8 +90,14 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(utility::model))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/tokenize", post(utility::tokenize))
+        .route("/detokenize", post(utility::detokenize))
+        .route("/props", get(utility::props))
+        .route("/slots", get(utility::slots))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), guard))
@@ -100,23 +119,45 @@ fn route_label(path: &str) -> &'static str {
         "/v1/models" => "/v1/models",
         "/v1/chat/completions" => "/v1/chat/completions",
         "/v1/completions" => "/v1/completions",
+        "/v1/embeddings" => "/v1/embeddings",
+        "/tokenize" => "/tokenize",
+        "/detokenize" => "/detokenize",
+        "/props" => "/props",
+        "/slots" => "/slots",
+        p if p.starts_with("/v1/models/") => "/v1/models/{id}",
         _ => "other",
     }
 }
 
-/// Protocol checks, the API key (everything but /health), and response
-/// counting.
+/// Protocol checks, the API key (everything but /health), response
+/// counting, and the request's log line (all but /health and /metrics,
+/// which load balancers and scrapers poll).
 async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     let route = route_label(req.uri().path());
+    let (method, path) = (req.method().to_string(), req.uri().path().to_string());
+    let started = std::time::Instant::now();
+    let tally = Arc::new(access_log::Tally::default());
     let response = if let Err(e) = check_protocol(&req) {
         error_response(e)
     } else if route != "/health" && !authorized(&app, req.headers()) {
         error_response(ApiError::unauthorized())
     } else {
-        next.run(req).await
+        access_log::scope(tally.clone(), next.run(req)).await
     };
-    app.metrics.response(route, response.status().as_u16());
-    response
+    let status = response.status().as_u16();
+    app.metrics.response(route, status);
+    if matches!(route, "/health" | "/metrics") {
+        return response;
+    }
+    let line = access_log::Line {
+        format: app.log_format,
+        method,
+        path,
+        status,
+        started,
+        tally,
+    };
+    access_log::logged(response, line)
 }
 
 /// What HTTP/1.1 requires of a request before we look at it: a `Host`
@@ -177,7 +218,7 @@ pub fn error_response(e: ApiError) -> Response {
     r
 }
 
-fn json_response(status: StatusCode, v: &Value) -> Response {
+pub(crate) fn json_response(status: StatusCode, v: &Value) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "application/json")],
@@ -230,14 +271,19 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 async fn models(State(app): State<Arc<App>>) -> Response {
     json_response(
         StatusCode::OK,
-        &json!({"object": "list", "data": [{
-            "id": app.model_name,
-            "object": "model",
-            "created": app.created,
-            "owned_by": "cachefit",
-            "meta": {"n_ctx_per_slot": app.n_ctx, "n_vocab": app.n_vocab, "slots": app.metrics.stats.n_slots},
-        }]}),
+        &json!({"object": "list", "data": [model_entry(&app)]}),
     )
+}
+
+/// The model as `/v1/models` lists it.
+pub(crate) fn model_entry(app: &App) -> Value {
+    json!({
+        "id": app.model_name,
+        "object": "model",
+        "created": app.created,
+        "owned_by": "cachefit",
+        "meta": {"n_ctx_per_slot": app.n_ctx, "n_vocab": app.n_vocab, "slots": app.metrics.stats.n_slots},
+    })
 }
 
 async fn chat_completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
@@ -255,7 +301,7 @@ async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body
 /// The body, at most `limit` bytes (413 beyond), within `timeout` (408
 /// after). A declared `Content-Length` over the limit is answered at once,
 /// without reading (or inviting, for `Expect: 100-continue`) the body.
-async fn read_body(
+pub(crate) async fn read_body(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
@@ -299,7 +345,8 @@ async fn read_body(
 
 /// What a request asks the model to continue.
 enum Source {
-    Messages(Vec<chat::Message>),
+    /// A conversation and extra template variables (`tools`).
+    Messages(Vec<chat::Message>, serde_json::Map<String, Value>),
     Prompt(Prompt),
 }
 
@@ -315,14 +362,27 @@ async fn generate(
 ) -> Result<Response, ApiError> {
     let bytes = read_body(&headers, body, app.max_body_bytes, app.body_timeout).await?;
     let obj = api::parse_body(&bytes)?;
-    let (source, options) = match kind {
+    let (source, options, tools) = match kind {
         Kind::Chat => {
             let r = ChatRequest::from_json(&obj, &app.defaults)?;
-            (Source::Messages(r.messages), r.options)
+            // Tools are shown through the template (or the Hermes way);
+            // `reader` reads the calls back out of the reply.
+            let (messages, extra, reader) =
+                crate::tools::prompt(&app.template, r.messages, r.tools.as_ref());
+            let grammar = r
+                .tools
+                .as_ref()
+                .zip(reader.as_ref())
+                .and_then(|(t, reader)| crate::tools::call_grammar(t, reader.format));
+            (
+                Source::Messages(messages, extra),
+                r.options,
+                reader.map(|r| (r, grammar)),
+            )
         }
         Kind::Completion => {
             let r = CompletionRequest::from_json(&obj, &app.defaults)?;
-            (Source::Prompt(r.prompt), r.options)
+            (Source::Prompt(r.prompt), r.options, None)
         }
     };
     let param = match kind {
@@ -357,6 +417,27 @@ async fn generate(
         .with_code("context_length_exceeded"));
     }
     let mut options = options;
+    // Structured output: `response_format`, `json_schema` or `grammar`.
+    if let Some((field, spec)) = crate::structured::spec(&obj)? {
+        options.params.constraint = Some(crate::structured::compile(&app, field, spec).await?);
+    }
+    // `tool_choice` "required" or a named function: the reply is a call.
+    let tool_reader = match tools {
+        Some((reader, Some(lark))) => {
+            if options.params.constraint.is_some() {
+                return Err(ApiError::param(
+                    "tool_choice",
+                    "`tool_choice` that requires a call cannot be combined with `response_format`, `json_schema` or `grammar`",
+                ));
+            }
+            let spec = engine::ConstraintSpec::Lark(lark);
+            options.params.constraint =
+                Some(crate::structured::compile(&app, "tool_choice".into(), spec).await?);
+            Some(reader)
+        }
+        Some((reader, None)) => Some(reader),
+        None => None,
+    };
     if matches!(kind, Kind::Chat) {
         let p = &mut options.params;
         p.extra_eog.extend(&app.turn_end.eog);
@@ -376,7 +457,14 @@ async fn generate(
             ))
         }
     };
-    let (id, rx) = submit(&app, prompt, &options, memory)?;
+    if options.n > 1 && memory.is_some() {
+        return Err(ApiError::param(
+            "n",
+            "`n` > 1 cannot be used with a memory: each choice would append its own turn",
+        ));
+    }
+    api::check_logit_bias(&options.params, app.n_vocab)?;
+    let (id, rxs) = submit(&app, prompt, &options, memory)?;
     let envelope = Envelope {
         kind,
         id: format!(
@@ -394,12 +482,11 @@ async fn generate(
             .unwrap_or(&app.model_name)
             .to_string(),
     };
+    let logprobs = options.params.logprobs.is_some();
     if options.stream {
         let stream = SseStream {
-            rx,
-            envelope,
-            include_usage: options.include_usage,
-            started: false,
+            choices: ChoiceStream::new(rxs, envelope, options.include_usage, logprobs)
+                .with_tools(tool_reader.as_ref()),
             done: false,
         };
         let mut r = Response::new(Body::from_stream(stream));
@@ -411,21 +498,15 @@ async fn generate(
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         return Ok(r);
     }
-    let mut rx = rx;
-    let mut text = String::new();
-    loop {
-        match rx.recv().await {
-            Some(Event::Text(t)) => text.push_str(&t),
-            Some(Event::Done(finish)) => {
-                return Ok(json_response(
-                    StatusCode::OK,
-                    &envelope.response(&text, &finish),
-                ))
-            }
-            Some(Event::Error(e)) => return Err(ApiError::from_job(&e)),
-            None => return Err(ApiError::internal("The engine stopped")),
-        }
+    let mut done = Vec::with_capacity(rxs.len());
+    for mut rx in rxs {
+        done.push(choices::collect(&mut rx).await?);
     }
+    let mut answer = choices::response(&envelope, &done, logprobs);
+    if let Some(reader) = &tool_reader {
+        crate::tools::read_response(&mut answer, reader);
+    }
+    Ok(json_response(StatusCode::OK, &answer))
 }
 
 impl App {
@@ -434,16 +515,29 @@ impl App {
         match source {
             // Message text stays text: control tokens come from the
             // template only (unless the operator opted in).
-            Source::Messages(messages) => {
-                chat::prompt_tokens(&self.template, &messages, true, &self.vocab, self.special)
-                    .map(|p| p.tokens)
-                    .map_err(|e| match e {
-                        chat::Error::ControlTextInMessage { .. } => {
-                            ApiError::param("messages", e.to_string())
-                        }
-                        e => ApiError::param("messages", format!("The chat template failed: {e}")),
-                    })
-            }
+            Source::Messages(messages, extra) => chat::prompt_tokens_with(
+                &self.template,
+                &messages,
+                true,
+                &extra,
+                &self.vocab,
+                self.special,
+            )
+            .map(|p| p.tokens)
+            .map_err(|e| match e {
+                chat::Error::ControlTextInMessage { .. } => {
+                    ApiError::param("messages", e.to_string())
+                }
+                chat::Error::ControlTextOutsideContent { ref what, .. } => {
+                    let field = if what.contains("tools") {
+                        "tools"
+                    } else {
+                        "messages"
+                    };
+                    ApiError::param(field, e.to_string())
+                }
+                e => ApiError::param("messages", format!("The chat template failed: {e}")),
+            }),
             Source::Prompt(Prompt::Text(text)) => {
                 Ok(engine::prompt::completion_tokens(&self.vocab, &text))
             }
@@ -463,21 +557,34 @@ impl App {
     }
 }
 
-/// Queue a job for the engine, or 503 when the queue is full or the
-/// server is stopping.
+/// Queue a job per choice for the engine (the choices of `n` > 1 as one
+/// [`Msg::Choices`], which reads the prompt once; choice `i` draws with
+/// seed `seed + i`), or 503 when the queue is full or the server is
+/// stopping. Each choice is a place in the queue, so `n` beyond the queue
+/// is a 400; beyond the slots, later choices wait for a slot.
 fn submit(
     app: &App,
     prompt: Vec<u32>,
     options: &Options,
     memory: Option<engine::JobMemory>,
-) -> Result<(u64, UnboundedReceiver<Event>), ApiError> {
+) -> Result<(u64, Vec<UnboundedReceiver<Event>>), ApiError> {
     if app.shutting_down.load(Ordering::Relaxed) {
         return Err(ApiError::unavailable("The server is shutting down"));
+    }
+    let n = options.n;
+    if n > app.max_queue {
+        return Err(ApiError::param(
+            "n",
+            format!(
+                "`n` = {n} is more than this server queues at once ({}, --max-queue)",
+                app.max_queue
+            ),
+        ));
     }
     let queued = &app.metrics.stats.queued;
     if queued
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
-            (q < app.max_queue).then_some(q + 1)
+            (q + n <= app.max_queue).then_some(q + n)
         })
         .is_err()
     {
@@ -486,32 +593,41 @@ fn submit(
             app.metrics.stats.n_slots, app.max_queue
         )));
     }
-    let (sink, rx) = events::channel();
-    let id = app.next_id.fetch_add(1, Ordering::Relaxed);
-    let mut job = Job::new(id, prompt, options.params.clone(), Box::new(sink));
-    job.memory = memory;
-    if app.jobs.send(Msg::Job(Box::new(job))).is_err() {
-        queued.fetch_sub(1, Ordering::AcqRel);
+    let mut memory = memory;
+    let (mut jobs, mut rxs) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut first = 0;
+    for i in 0..n {
+        let (sink, rx) = events::channel();
+        let id = app.next_id.fetch_add(1, Ordering::Relaxed);
+        if i == 0 {
+            first = id;
+        }
+        let sink = access_log::tally_sink(Box::new(sink));
+        let mut params = options.params.clone();
+        params.sampling.seed = params.sampling.seed.map(|s| s.wrapping_add(i as u32));
+        let mut job = Job::new(id, prompt.clone(), params, sink);
+        job.memory = memory.take();
+        jobs.push(job);
+        rxs.push(rx);
+    }
+    let msg = if n == 1 {
+        Msg::Job(Box::new(jobs.pop().expect("one job")))
+    } else {
+        Msg::Choices(jobs)
+    };
+    if app.jobs.send(msg).is_err() {
+        queued.fetch_sub(n, Ordering::AcqRel);
         return Err(ApiError::unavailable("The engine has stopped"));
     }
-    Ok((id, rx))
+    Ok((first, rxs))
 }
 
-/// The SSE body: OpenAI chunks as the engine's events arrive, then
-/// `data: [DONE]`. Dropped by hyper when the client goes away, which
-/// drops the receiver and so cancels the job.
+/// The SSE body: OpenAI chunks as the engine's events arrive (every
+/// choice's, [`ChoiceStream`]), then `data: [DONE]`. Dropped by hyper when
+/// the client goes away, which drops the receivers and so cancels the jobs.
 struct SseStream {
-    rx: UnboundedReceiver<Event>,
-    envelope: Envelope,
-    include_usage: bool,
-    started: bool,
+    choices: ChoiceStream,
     done: bool,
-}
-
-fn sse_event(out: &mut String, v: &Value) {
-    out.push_str("data: ");
-    out.push_str(&v.to_string());
-    out.push_str("\n\n");
 }
 
 impl Stream for SseStream {
@@ -522,45 +638,14 @@ impl Stream for SseStream {
         if this.done {
             return Poll::Ready(None);
         }
-        let (env, usage) = (&this.envelope, this.include_usage);
-        let mut out = String::new();
-        if !this.started {
-            this.started = true;
-            if env.kind == Kind::Chat {
-                sse_event(&mut out, &env.chunk(true, None, None, usage));
-            }
-        }
         // Everything ready goes out in one write.
-        loop {
-            match this.rx.poll_recv(cx) {
-                Poll::Ready(Some(Event::Text(t))) => {
-                    sse_event(&mut out, &env.chunk(false, Some(&t), None, usage));
-                }
-                Poll::Ready(Some(Event::Done(finish))) => {
-                    sse_event(
-                        &mut out,
-                        &env.chunk(false, None, Some(api::finish_reason(finish.reason)), usage),
-                    );
-                    if usage {
-                        sse_event(&mut out, &env.usage_chunk(&finish));
-                    }
-                    out.push_str("data: [DONE]\n\n");
-                    this.done = true;
-                    break;
-                }
-                Poll::Ready(Some(Event::Error(e))) => {
-                    sse_event(&mut out, &ApiError::from_job(&e).body());
-                    this.done = true;
-                    break;
-                }
-                Poll::Ready(None) => {
-                    sse_event(&mut out, &ApiError::internal("The engine stopped").body());
-                    this.done = true;
-                    break;
-                }
-                Poll::Pending => break,
+        let out = match this.choices.poll(cx) {
+            Polled::Chunks(out) => out,
+            Polled::End(out) => {
+                this.done = true;
+                out
             }
-        }
+        };
         if out.is_empty() {
             Poll::Pending
         } else {

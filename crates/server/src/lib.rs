@@ -32,12 +32,18 @@
 //! [`events`] (the engine's output as a channel), [`metrics`]
 //! (Prometheus text), [`error`]. HTTP status codes are chosen here only.
 
+pub mod access_log;
 pub mod api;
+pub mod choices;
 pub mod conn;
+mod embeddings;
 pub mod error;
 pub mod events;
 pub mod http;
 pub mod metrics;
+pub mod structured;
+pub mod tools;
+mod utility;
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -91,6 +97,11 @@ pub struct Config {
     /// a request's `memory` (or `user`) field.
     pub memory_dir: Option<std::path::PathBuf>,
     pub memory: engine::memory::MemoryConfig,
+    /// One line per request on stderr: text, json or off (`--log-format`).
+    pub log_format: access_log::LogFormat,
+    /// How `/v1/embeddings` pools token states (`--pooling`); `None`: as
+    /// the file says (`{arch}.pooling_type`), else mean.
+    pub pooling: Option<engine::embed::Pooling>,
 }
 
 /// Serve the model until SIGINT/SIGTERM. `opts.n_seq` is the number of
@@ -140,6 +151,11 @@ pub fn serve(
     let stats = Arc::new(Stats::new(opts.n_seq));
     let metrics = Arc::new(metrics::Metrics::new(stats.clone()));
     let (jobs, rx) = mpsc::channel();
+    let (embed_tx, embed_rx) = mpsc::channel();
+    let pooling = config
+        .pooling
+        .or_else(|| engine::embed::Pooling::of_file(file.metadata()))
+        .unwrap_or(engine::embed::Pooling::Mean);
     let app = Arc::new(http::App {
         api_key: config.api_key.clone(),
         max_queue: config.max_queue,
@@ -166,6 +182,10 @@ pub fn serve(
         created: http::unix_time(),
         next_id: AtomicU64::new(1),
         shutting_down: AtomicBool::new(false),
+        log_format: config.log_format,
+        grammars: std::sync::OnceLock::new(),
+        embed: Some(embed_tx),
+        embedding_dim: cfg.dim,
     });
     // A fault in the mapped model file: fail every request at once, then
     // stop (the engine also checks after each forward pass, so nothing
@@ -200,6 +220,14 @@ pub fn serve(
                     .with_stream_interval(stream_interval)
                     .run(rx);
             })
+            .map_err(Error::Thread)?;
+        // Embeddings on a state and thread of their own (one kernel thread:
+        // generation keeps the rest), the state made on first use.
+        let embed_opts = StateOptions { n_seq: 1, ..*opts };
+        let embedder = engine::embed::Embedder::new(model, embed_opts, pooling, 1);
+        let embed_thread = std::thread::Builder::new()
+            .name("embed".into())
+            .spawn_scoped(scope, move || embeddings::run(embedder, embed_rx))
             .map_err(Error::Thread)?;
         eprintln!(
             "cachefit: {} slot{}, ctx {} per slot, batch {}, queue {}, {} thread{}{}",
@@ -236,6 +264,7 @@ pub fn serve(
         runtime.shutdown_timeout(Duration::from_secs(1));
         drop(app);
         let _ = engine.join();
+        let _ = embed_thread.join();
         eprintln!("cachefit: stopped");
         result?;
         match mapguard::faulted() {

@@ -24,6 +24,10 @@ pub const SMOLLM2_Q4_1: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// Gemma 3 270M, Q4_K_M (`scripts/fetch-models.sh`).
 pub const GEMMA3_270M: &str = "gemma-3-270m-Q4_K_M.gguf";
 
+/// Qwen2.5-Coder-0.5B-Instruct, Q4_K_M: the tool-calling model of the
+/// server's tests (`scripts/fetch-models.sh`).
+pub const QWEN25_CODER_05B: &str = "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf";
+
 /// The path of a fetched test model, or `None` after a loud note on stderr
 /// when it is missing. With `CACHEFIT_REQUIRE_MODELS=1` (set by CI) a missing
 /// model is a test failure instead: CI never skips.

@@ -70,6 +70,9 @@ pub struct Args {
     /// cleared chat replays exactly.
     #[command(flatten)]
     pub gen: GenArgs,
+    // Every reply is constrained the same way.
+    #[command(flatten)]
+    pub structured: super::structured::StructuredArgs,
     /// System prompt, kept at the top of the conversation (default: the
     /// template's own, if it has one).
     #[arg(long)]
@@ -102,6 +105,7 @@ fn check_args(args: &Args) -> Result<()> {
 
 pub fn run(args: Args) -> Result<()> {
     check_args(&args)?;
+    let spec = args.structured.spec()?;
     let pools = common::Pools::from_args(&args.model)?;
     let pools_line = pools.describe();
     let opened = common::open_model(&args.model)?;
@@ -147,6 +151,7 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("cachefit: {notice}");
     }
     let mut params = args.gen.params(n_ctx);
+    params.constraint = args.structured.compile(spec, vocab, cfg.vocab_size)?;
     let base_seed = *params
         .sampling
         .seed
@@ -372,7 +377,10 @@ fn report(f: &engine::Finish, prompt_tokens: usize, n_ctx: usize) {
         FinishReason::ContextFull => eprintln!(
             "cachefit: the context of {n_ctx} tokens is full; the reply was cut short (older exchanges will be dropped)"
         ),
-        FinishReason::EndOfGeneration | FinishReason::Length | FinishReason::StopString => {}
+        FinishReason::EndOfGeneration
+        | FinishReason::Length
+        | FinishReason::StopString
+        | FinishReason::GrammarComplete => {}
     }
     let evaluated = prompt_tokens - f.cached_tokens;
     eprintln!(

@@ -116,7 +116,7 @@ impl GenArgs {
             sampling: self.sampling(n_ctx),
             stop: self.stop.clone(),
             ignore_eos: self.ignore_eos,
-            extra_eog: Vec::new(),
+            ..GenParams::new(SamplerConfig::default())
         }
     }
 }
@@ -174,6 +174,8 @@ pub struct Printed {
     pub end: Option<std::result::Result<Finish, JobError>>,
     /// Writing to stdout failed (a closed pipe): the job was cancelled.
     pub write_error: Option<std::io::Error>,
+    /// Each token's log-probabilities, when the job asked for them.
+    pub logprobs: Vec<engine::TokenLogprob>,
 }
 
 /// A sink that writes text to stdout as it comes (or only collects it),
@@ -211,6 +213,14 @@ impl Sink for Printer {
             }
         }
         p.text.push_str(&text);
+    }
+
+    fn logprobs(&mut self, entries: Vec<engine::TokenLogprob>) {
+        self.printed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .logprobs
+            .extend(entries);
     }
 
     fn finish(&mut self, end: std::result::Result<Finish, JobError>) {

@@ -12,6 +12,7 @@ pub mod quantize;
 pub mod run;
 pub mod serve;
 pub mod stream;
+pub mod structured;
 pub mod tokenize;
 
 use std::ffi::OsString;

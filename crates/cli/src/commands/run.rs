@@ -27,6 +27,8 @@ pub struct Args {
     pub ctx: ContextArgs,
     #[command(flatten)]
     pub gen: GenArgs,
+    #[command(flatten)]
+    pub structured: super::structured::StructuredArgs,
     /// Prompt text.
     #[arg(short = 'p', long, conflicts_with_all = ["file", "text"])]
     pub prompt: Option<String>,
@@ -40,6 +42,11 @@ pub struct Args {
     /// streaming.
     #[arg(long)]
     pub json: bool,
+    /// With --json: each generated token's log-probability and its N most
+    /// likely alternatives (0 to 20), as the server's `logprobs`.
+    #[arg(long, value_name = "N", requires = "json",
+          value_parser = clap::value_parser!(u8).range(0..=20))]
+    pub logprobs: Option<u8>,
     /// A memory file (`cachefit memory ingest`): the prompt sees its
     /// history (the start, the end, and blocks recalled for the prompt).
     #[arg(long, value_name = "FILE")]
@@ -71,6 +78,7 @@ pub fn run(args: Args) -> Result<()> {
     let t_start = Instant::now();
     let prompt = read_prompt(&args)?;
     args.gen.check()?;
+    let spec = args.structured.spec()?;
     let pools = common::Pools::from_args(&args.model)?;
     let (threads, threads_batch) = (pools.decode().n_threads(), pools.batch().n_threads());
     let pools_line = pools.describe();
@@ -144,6 +152,8 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     let mut params = args.gen.params(n_ctx);
+    params.logprobs = args.logprobs.map(usize::from);
+    params.constraint = args.structured.compile(spec, vocab, cfg.vocab_size)?;
     // Resolved here so it can be logged before anything is printed.
     let seed = *params
         .sampling
@@ -241,6 +251,7 @@ pub fn run(args: Args) -> Result<()> {
                 "threads": threads,
                 "threads_batch": threads_batch,
                 "seed": finish.seed,
+                "logprobs": args.logprobs.map(|_| logprobs_json(&printed.logprobs)),
                 "load_ms": load_ms,
                 "prompt_ms": prompt_ms,
                 "prompt_tok_s": rate(n_prompt, prompt_ms),
@@ -279,4 +290,20 @@ pub fn run(args: Args) -> Result<()> {
 
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
+}
+
+/// `--logprobs`: per token its id, text, log-probability and alternatives.
+fn logprobs_json(entries: &[engine::TokenLogprob]) -> serde_json::Value {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    entries
+        .iter()
+        .map(|e| {
+            let top: Vec<_> = e
+                .top
+                .iter()
+                .map(|t| json!({"id": t.token, "token": text(&t.bytes), "logprob": t.logprob}))
+                .collect();
+            json!({"id": e.token, "token": text(&e.bytes), "logprob": e.logprob, "top_logprobs": top})
+        })
+        .collect()
 }

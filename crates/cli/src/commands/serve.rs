@@ -39,6 +39,18 @@ pub struct Args {
     /// user cannot forge turns or a system prompt.
     #[arg(long = "special-in-messages")]
     pub special_in_messages: bool,
+
+    /// One line per request on stderr (method, path, status, prompt and
+    /// completion tokens, time): `text`, `json` (one object per line, for
+    /// machines) or `off`. /health and /metrics are not logged.
+    #[arg(long, value_name = "FORMAT", default_value = "text")]
+    pub log_format: server::access_log::LogFormat,
+
+    /// How /v1/embeddings pools the tokens' last hidden states: mean, cls
+    /// (the first token) or last, as llama.cpp's --pooling (default: what
+    /// the file's `{arch}.pooling_type` says, else mean).
+    #[arg(long, value_name = "TYPE")]
+    pub pooling: Option<engine::embed::Pooling>,
     /// Seconds a client has to send a request's head, from connecting or
     /// from its first byte.
     #[arg(long = "timeout-header", value_name = "SECS", default_value_t = server::conn::DEFAULT_HEADER_TIMEOUT.as_secs_f64())]
@@ -174,6 +186,8 @@ pub fn run(args: Args) -> Result<()> {
         defaults: args.gen.params(opts.n_ctx),
         memory_dir: args.memory_dir.clone(),
         memory: args.mem.config(),
+        log_format: args.log_format,
+        pooling: args.pooling,
     };
     server::serve(&opened.file, &opened.cfg, opened.vocab, &opts, config)
         .with_context(|| format!("serving {path}"))

@@ -20,6 +20,8 @@ struct Fake {
     calls: Vec<Vec<Token>>,
     pieces: Vec<Vec<u8>>,
     eog: Vec<u32>,
+    /// Whether it can copy a slot's cache (`Backend::can_copy_seq`).
+    copies: bool,
 }
 
 const VOCAB: usize = 16;
@@ -45,6 +47,7 @@ impl Fake {
                 })
                 .collect(),
             eog: vec![EOG],
+            copies: true,
         }
     }
 
@@ -111,6 +114,19 @@ impl Backend for Fake {
     }
     fn eog_tokens(&self) -> &[u32] {
         &self.eog
+    }
+    fn can_copy_seq(&self) -> bool {
+        self.copies
+    }
+    fn copy_seq(&mut self, src: usize, dst: usize, positions: std::ops::Range<usize>) {
+        assert!(self.copies);
+        for p in positions {
+            assert!(
+                self.seqs[src][p].is_some(),
+                "copied position {p} never written"
+            );
+            self.seqs[dst][p] = self.seqs[src][p];
+        }
     }
 }
 
@@ -610,3 +626,5 @@ fn common_prefix_lengths() {
     assert_eq!(common_prefix(&[1, 2, 3], &[1, 2, 4]), 2);
     assert_eq!(common_prefix(&[1, 2], &[1, 2, 3]), 2);
 }
+
+mod choices;

@@ -219,6 +219,17 @@ impl<'m> State<'m> {
         self.pass_mut().capture(layers)
     }
 
+    /// Copy what sequence `src` caches at `positions` (keys and values,
+    /// and whatever else the architecture keeps per position) into
+    /// sequence `dst`, so `dst` continues from `src`'s prefix without
+    /// evaluating it: the same bits as evaluating it (a position's cache
+    /// depends only on its sequence's tokens). How a server's choices of
+    /// one request share a prompt read once. Panics on a sequence or
+    /// position out of range.
+    pub fn copy_seq(&mut self, src: usize, dst: usize, positions: std::ops::Range<usize>) {
+        self.pass_mut().copy_seq(src, dst, positions)
+    }
+
     /// The layers being captured, in the order [`State::capture`] got them.
     pub fn captured_layers(&self) -> &[usize] {
         self.pass().outputs().capture.layers()
@@ -235,6 +246,33 @@ impl<'m> State<'m> {
     /// `(n, q_dim)`, as [`State::captured_keys`].
     pub fn captured_queries(&self, i: usize) -> &[f32] {
         self.pass().outputs().capture.queries(i)
+    }
+
+    /// `true`: calls stop at the final norm and keep, for each token that
+    /// asks for logits (every token of a batch may), its normed hidden
+    /// state `(dim,)`, read with
+    /// [`State::embeddings`] (no logits; the vocabulary matmul is skipped).
+    /// The llama family only: a `cachefit` model's head is fused with its
+    /// embedding, and errors.
+    pub fn set_embeddings(&mut self, on: bool) -> Result<(), Error> {
+        match self {
+            State::Llama(s) => {
+                let (dim, n_batch) = (s.config().dim, s.n_batch());
+                s.outputs_mut().set_embeddings(on, dim, n_batch);
+                Ok(())
+            }
+            State::Cachefit(_) => Err(Error::Unsupported(
+                "embeddings of a cachefit model (its output head shares the token embedding)"
+                    .into(),
+            )),
+        }
+    }
+
+    /// The hidden states of the last call's rows `(rows, dim)` while
+    /// [`State::set_embeddings`] is on.
+    pub fn embeddings(&self) -> &[f32] {
+        let o = self.pass().outputs();
+        &o.embd[..o.n_embd]
     }
 
     /// `Some(l)`: calls evaluate layers `0..=l` only and no output head

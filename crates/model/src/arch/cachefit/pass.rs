@@ -289,6 +289,25 @@ impl Pass for State<'_> {
         self.seqs.iter().map(seq).sum()
     }
 
+    /// The attention blocks' keys and values, and the convolution blocks'
+    /// inputs at those positions.
+    fn copy_seq(&mut self, src: usize, dst: usize, positions: std::ops::Range<usize>) {
+        if src == dst {
+            return;
+        }
+        let (d, hist_len) = (self.cfg.dim, self.n_ctx * self.cfg.dim);
+        let (from, to) = crate::pass::two_mut(&mut self.seqs, src, dst);
+        from.kv.copy_positions(&mut to.kv, positions.clone());
+        for (f, t) in from
+            .conv
+            .chunks_exact(hist_len)
+            .zip(to.conv.chunks_exact_mut(hist_len))
+        {
+            let span = positions.start * d..positions.end * d;
+            t[span.clone()].copy_from_slice(&f[span]);
+        }
+    }
+
     /// Layers are blocks; only attention blocks have keys and queries.
     fn capture(&mut self, layers: &[usize]) -> Result<(), Error> {
         for &l in layers {

@@ -152,6 +152,11 @@ impl<'m> State<'m> {
         Ok(s)
     }
 
+    /// The config the state was made for.
+    pub fn config(&self) -> &ModelConfig {
+        self.cfg
+    }
+
     /// Sequence `seq`'s KV cache (keys after RoPE).
     pub fn cache(&self, seq: usize) -> &KvCache {
         &self.caches[seq]
@@ -503,6 +508,13 @@ impl<'m> State<'m> {
                 cfg.norm_eps,
             );
         }
+        if self.out.embeddings {
+            // Embeddings: the normed hidden states, no vocabulary matmul.
+            let n = rows.len() * dim;
+            self.out.embd[..n].copy_from_slice(xb);
+            self.out.n_embd = n;
+            return;
+        }
         let n_logits = rows.len() * cfg.vocab_size;
         self.out.n_logits = n_logits;
         let logits = &mut self.out.logits[..n_logits];
@@ -562,6 +574,13 @@ impl Pass for State<'_> {
     /// Every layer has keys.
     fn capture(&mut self, layers: &[usize]) -> Result<(), Error> {
         self.out.capture.set(layers)
+    }
+
+    fn copy_seq(&mut self, src: usize, dst: usize, positions: std::ops::Range<usize>) {
+        if src != dst {
+            let (from, to) = crate::pass::two_mut(&mut self.caches, src, dst);
+            from.copy_positions(to, positions);
+        }
     }
 }
 

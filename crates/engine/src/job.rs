@@ -176,6 +176,8 @@ pub struct Finish {
     pub generation_time: Duration,
     /// What a long memory gave the prompt, and the tokens appended to it.
     pub memory: Option<MemoryUse>,
+    /// What speculative decoding guessed and kept (zeros without it).
+    pub speculation: crate::speculate::SpecStats,
 }
 
 /// What a job's long memory did.

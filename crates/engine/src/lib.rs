@@ -24,6 +24,8 @@
 //!   and the ends of a chat turn a template implies.
 //! - [`sample`], [`stop`], [`rng`]: the sampling chain with llama.cpp's
 //!   semantics and the stop conditions that never leak a stop string.
+//! - [`speculate`]: speculative decoding by prompt lookup: guesses from
+//!   the sequence itself, checked in one batched pass.
 //! - [`stats`]: counters for a server's `/metrics`.
 //!
 //! Running one prompt to the end:
@@ -47,6 +49,7 @@ pub mod prompt;
 pub mod rng;
 pub mod sample;
 pub mod scheduler;
+pub mod speculate;
 pub mod stats;
 pub mod stop;
 mod text;

@@ -31,6 +31,9 @@ pub struct GenParams {
     /// Structured output: only tokens this grammar allows are sampled, and
     /// the job ends when its output is complete (see [`crate::constraint`]).
     pub constraint: Option<crate::constraint::Grammar>,
+    /// Speculative decoding by prompt lookup (see [`crate::speculate`]):
+    /// the same output, sooner when it copies its context.
+    pub lookup: Option<crate::speculate::Lookup>,
 }
 
 /// Most alternatives a token's log-probabilities list (OpenAI's limit).
@@ -51,6 +54,7 @@ impl GenParams {
             logprobs: None,
             logit_bias: Vec::new(),
             constraint: None,
+            lookup: None,
         }
     }
 }

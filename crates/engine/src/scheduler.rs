@@ -14,6 +14,9 @@
 //!
 //! ```text
 //! decode:  the token each generating slot sampled last     1 per slot, logits
+//!          and its guesses of what follows (prompt lookup,  0..draft_max, logits
+//!          `speculate`; only rows matching what is sampled
+//!          are kept)
 //! prefill: prompt tokens of slots still reading, oldest    up to n_batch in all,
 //!          job first, in chunks                            logits on a prompt's last
 //! ```
@@ -55,6 +58,7 @@ use crate::job::{Finish, FinishReason, Job, JobError, MemoryTarget, MemoryUse};
 use crate::logprobs;
 use crate::memory::Memories;
 use crate::sample::Sampler;
+use crate::speculate::{SpecStats, Throttle};
 use crate::stats::{SlotInfo, Stats};
 use crate::stop::StopConditions;
 use crate::text::TextOut;
@@ -93,6 +97,17 @@ struct Active {
     waits_for: Option<(usize, u64)>,
     /// Structured output: the job's grammar, where its output has got to.
     constraint: Option<Constraint>,
+    /// Speculation (see [`crate::speculate`]): this step's guesses after
+    /// `next`, evaluated at the positions after `draft_at` (`next`'s),
+    /// and how many of their rows were handled (past `draft.len()`: the
+    /// rest were rejected, or the job ended).
+    draft: Vec<u32>,
+    draft_at: usize,
+    verified: usize,
+    /// Guesses of this step's draft accepted so far.
+    draft_accepted: usize,
+    throttle: Throttle,
+    spec: SpecStats,
 }
 
 impl Active {
@@ -109,6 +124,7 @@ impl Active {
             prompt_time: first.duration_since(self.started_at),
             generation_time: now.duration_since(first),
             memory: self.memory.clone(),
+            speculation: self.spec,
         }
     }
 }
@@ -322,11 +338,25 @@ impl<B: Backend> Scheduler<B> {
         for (r, &si) in self.row_slots.iter().enumerate() {
             let row = &logits[r * n_vocab..(r + 1) * n_vocab];
             let slot = &mut self.slots[si];
-            let a = slot.active.as_mut().expect("a row belongs to a busy slot");
+            // A row after a rejected guess, or after the job ended at an
+            // earlier row of its draft.
+            let Some(a) = slot.active.as_mut() else {
+                continue;
+            };
+            let drafted = !a.draft.is_empty();
+            if drafted && a.verified > a.draft.len() {
+                continue;
+            }
+            // Positions holding what was evaluated up to this row.
+            let cached = if drafted {
+                a.draft_at + a.verified + 1
+            } else {
+                slot.cache.len()
+            };
             let (first, before) = (a.first_token_at.is_none(), a.generated);
             let ended = sample_slot(
                 a,
-                slot.cache.len(),
+                cached,
                 row,
                 &mut self.row,
                 &self.backend,
@@ -337,6 +367,9 @@ impl<B: Backend> Scheduler<B> {
             if first {
                 self.stats.first_token(a.job.queued_at.elapsed());
                 leaders.push((r, si, a.job.id));
+            }
+            if drafted {
+                verify_guess(a, ended.is_some(), &mut slot.cache, cached);
             }
             if let Some(reason) = ended {
                 ended_jobs.push((slot.active.take().expect("still on its slot"), reason));
@@ -422,6 +455,7 @@ impl<B: Backend> Scheduler<B> {
                     prompt_time: Duration::ZERO,
                     generation_time: Duration::ZERO,
                     memory: None,
+                    speculation: SpecStats::default(),
                 };
                 job.sink.finish(Ok(finish));
             } else {
@@ -580,6 +614,12 @@ impl<B: Backend> Scheduler<B> {
             next: None,
             started_at: Instant::now(),
             first_token_at: None,
+            draft: Vec::new(),
+            draft_at: 0,
+            verified: 0,
+            draft_accepted: 0,
+            throttle: Throttle::default(),
+            spec: SpecStats::default(),
             job,
         });
     }
@@ -590,17 +630,58 @@ impl<B: Backend> Scheduler<B> {
         self.batch.clear();
         self.row_slots.clear();
         self.release_orphans();
+        let (n_batch, n_ctx) = (self.backend.n_batch(), self.backend.n_ctx());
+        let decoding = self
+            .slots
+            .iter()
+            .filter(|s| s.active.as_ref().is_some_and(|a| a.next.is_some()))
+            .count();
+        // Batch room past one token per decoding slot, for guesses.
+        let mut spare = n_batch.saturating_sub(decoding);
         for (si, slot) in self.slots.iter_mut().enumerate() {
             let Some(a) = &mut slot.active else { continue };
             if let Some(tok) = a.next.take() {
+                let pos = slot.cache.len();
                 self.batch.push(Token {
                     id: tok,
                     seq: si,
-                    pos: slot.cache.len(),
+                    pos,
                     logits: true,
                 });
                 self.row_slots.push(si);
                 slot.cache.push(tok);
+                a.draft.clear();
+                a.draft_at = pos;
+                a.verified = 0;
+                a.draft_accepted = 0;
+                let Some(lookup) = a.job.params.lookup else {
+                    continue;
+                };
+                // Guesses stay inside the context and the job's token
+                // budget: the step samples at most one token more than it
+                // accepts guesses.
+                let left = a.job.params.max_tokens.saturating_sub(a.generated);
+                let room = spare
+                    .min(a.throttle.limit(lookup.draft_max).max(lookup.draft_min))
+                    .min(n_ctx.saturating_sub(pos + 1))
+                    .min(left.saturating_sub(1));
+                if room == 0 || !a.throttle.may_draft() {
+                    continue;
+                }
+                lookup.draft(&slot.cache, room, &mut a.draft);
+                for (i, &id) in a.draft.iter().enumerate() {
+                    self.batch.push(Token {
+                        id,
+                        seq: si,
+                        pos: pos + 1 + i,
+                        logits: true,
+                    });
+                    self.row_slots.push(si);
+                }
+                slot.cache.extend_from_slice(&a.draft);
+                spare -= a.draft.len();
+                a.spec.drafts += usize::from(!a.draft.is_empty());
+                a.spec.drafted += a.draft.len();
             }
         }
         self.n_decode = self.batch.len();
@@ -615,7 +696,6 @@ impl<B: Backend> Scheduler<B> {
             })
             .collect();
         reading.sort_unstable();
-        let n_batch = self.backend.n_batch();
         for (_, si) in reading {
             let room = n_batch - self.batch.len();
             if room == 0 {
@@ -699,6 +779,27 @@ fn sample_slot<B: Backend>(
     }
     a.next = Some(tok);
     None
+}
+
+/// After sampling the row at `a.verified` of a slot's draft: keep going
+/// while the sampled token is the next guess (its row, evaluated with the
+/// guess, holds the following logits); at the first difference, at the
+/// draft's end or when the job `ended`, the draft is done and the cache
+/// keeps the `cached` positions evaluated up to this row.
+fn verify_guess(a: &mut Active, ended: bool, cache: &mut Vec<u32>, cached: usize) {
+    let j = a.verified;
+    let accepted = !ended && j < a.draft.len() && a.next == Some(a.draft[j]);
+    if accepted {
+        // Already evaluated, as the guess.
+        a.next = None;
+        a.draft_accepted += 1;
+        a.spec.accepted += 1;
+        a.verified += 1;
+        return;
+    }
+    cache.truncate(cached);
+    a.verified = a.draft.len() + 1;
+    a.throttle.record(a.draft_accepted, a.draft.len());
 }
 
 /// The sampler's pick from `logits`, and whether it drew from a modified

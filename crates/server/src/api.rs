@@ -1075,6 +1075,7 @@ mod tests {
             prompt_time: Duration::ZERO,
             generation_time: Duration::ZERO,
             memory: None,
+            speculation: Default::default(),
         };
         let env = Envelope {
             kind: Kind::Chat,

@@ -389,6 +389,7 @@ mod tests {
             prompt_time: Duration::ZERO,
             generation_time: Duration::ZERO,
             memory: None,
+            speculation: Default::default(),
         }
     }
 

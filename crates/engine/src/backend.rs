@@ -28,6 +28,11 @@ pub trait Backend {
     /// Most tokens per [`Backend::eval`]; at least [`Backend::n_slots`].
     fn n_batch(&self) -> usize;
     fn n_vocab(&self) -> usize;
+    /// Most tokens of one [`Backend::eval`] that may ask for logits: past
+    /// one per slot, the room for speculation's guesses.
+    fn logit_rows(&self) -> usize {
+        self.n_batch()
+    }
     /// Evaluate `batch`: afterwards [`Backend::logits`] holds one
     /// `(n_vocab,)` row per token with `logits` set, in order.
     fn eval(&mut self, batch: &[Token]);
@@ -110,6 +115,10 @@ impl Backend for ModelBackend<'_> {
 
     fn n_vocab(&self) -> usize {
         self.cfg.vocab_size
+    }
+
+    fn logit_rows(&self) -> usize {
+        self.state.logit_rows()
     }
 
     fn eval(&mut self, batch: &[Token]) {

@@ -79,7 +79,11 @@ impl<'m> Embedder<'m> {
     pub fn new(model: &'m Model<'m>, opts: StateOptions, pooling: Pooling, threads: usize) -> Self {
         Embedder {
             model,
-            opts: StateOptions { n_seq: 1, ..opts },
+            opts: StateOptions {
+                n_seq: 1,
+                draft_rows: 0,
+                ..opts
+            },
             state: None,
             pooling,
             pool: ThreadPool::new(threads.max(1)),

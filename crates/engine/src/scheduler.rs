@@ -636,8 +636,12 @@ impl<B: Backend> Scheduler<B> {
             .iter()
             .filter(|s| s.active.as_ref().is_some_and(|a| a.next.is_some()))
             .count();
-        // Batch room past one token per decoding slot, for guesses.
-        let mut spare = n_batch.saturating_sub(decoding);
+        // Batch room past one token per decoding slot, for guesses, and
+        // logits rows past one per slot (a decoding slot's token, or a
+        // reading slot's prompt end).
+        let mut spare = n_batch
+            .saturating_sub(decoding)
+            .min(self.backend.logit_rows().saturating_sub(self.slots.len()));
         for (si, slot) in self.slots.iter_mut().enumerate() {
             let Some(a) = &mut slot.active else { continue };
             if let Some(tok) = a.next.take() {

@@ -24,6 +24,9 @@ pub struct StateOptions {
     /// Sequences (server slots), each with its own KV cache of `n_ctx`
     /// positions, that one [`crate::State::forward`] call may mix.
     pub n_seq: usize,
+    /// Logits rows kept past one per sequence, for speculative decoding's
+    /// guesses (each guess asks for its own row).
+    pub draft_rows: usize,
 }
 
 impl StateOptions {
@@ -34,15 +37,16 @@ impl StateOptions {
             kv_type: KvType::F16,
             all_logits: false,
             n_seq: 1,
+            draft_rows: 0,
         }
     }
 
     /// Rows of logits a call can return.
-    pub(crate) fn logit_rows(&self) -> usize {
+    pub fn logit_rows(&self) -> usize {
         if self.all_logits {
             self.n_batch.max(1)
         } else {
-            self.n_seq.max(1).min(self.n_batch.max(1))
+            (self.n_seq.max(1) + self.draft_rows).min(self.n_batch.max(1))
         }
     }
 }

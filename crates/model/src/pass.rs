@@ -109,6 +109,12 @@ impl Outputs {
         Ok(())
     }
 
+    /// Rows of logits a call may ask for (without the head, none are
+    /// kept: [`usize::MAX`] as in [`Outputs::limits`]).
+    pub fn logit_rows(&self) -> usize {
+        self.limits(0, 0, 0).logit_rows
+    }
+
     /// A state's limits for [`crate::batch::check_batch`]: without the
     /// head, any token may ask for logits (it gets none).
     pub fn limits(&self, n_batch: usize, n_seq: usize, n_ctx: usize) -> Limits {

@@ -223,7 +223,11 @@ pub fn serve(
             .map_err(Error::Thread)?;
         // Embeddings on a state and thread of their own (one kernel thread:
         // generation keeps the rest), the state made on first use.
-        let embed_opts = StateOptions { n_seq: 1, ..*opts };
+        let embed_opts = StateOptions {
+            n_seq: 1,
+            draft_rows: 0,
+            ..*opts
+        };
         let embedder = engine::embed::Embedder::new(model, embed_opts, pooling, 1);
         let embed_thread = std::thread::Builder::new()
             .name("embed".into())

@@ -111,7 +111,8 @@ pub fn run(args: Args) -> Result<()> {
     let opened = common::open_model(&args.model)?;
     let (cfg, vocab) = (&opened.cfg, &opened.vocab);
     let path = args.model.shown();
-    let opts = common::state_options(&opened, &args.ctx, false)?;
+    let mut opts = common::state_options(&opened, &args.ctx, false)?;
+    opts.draft_rows = args.gen.draft_rows(1);
     let n_ctx = opts.n_ctx;
     let token_text = |id: Option<u32>| id.and_then(|id| vocab.token_text(id));
     let template = ChatTemplate::from_gguf(

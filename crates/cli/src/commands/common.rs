@@ -315,6 +315,7 @@ pub fn state_options(opened: &Opened, ctx: &ContextArgs, all_logits: bool) -> Re
         kv_type: ctx.cache_type,
         all_logits,
         n_seq: 1,
+        draft_rows: 0,
     };
     let weights_bytes: u64 = opened.file.tensors().iter().map(|t| t.n_bytes).sum();
     let need = MemoryEstimate::for_state(&opened.cfg, weights_bytes, &o);

@@ -71,6 +71,19 @@ pub struct GenArgs {
     /// sampled).
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Speculative decoding by prompt lookup: guess the next tokens from
+    /// the prompt and the output so far, check them in one pass. The same
+    /// output, faster where it copies its input (editing code, quoting);
+    /// it backs off by itself where guesses fail.
+    #[arg(long)]
+    pub lookup: bool,
+    /// With --lookup: most tokens guessed per step (llama.cpp's
+    /// --draft-max).
+    #[arg(long = "draft-max", visible_alias = "draft", value_name = "N", default_value_t = engine::speculate::Lookup::default().draft_max)]
+    pub draft_max: usize,
+    /// With --lookup: no guess when fewer tokens would be guessed.
+    #[arg(long = "draft-min", value_name = "N", default_value_t = engine::speculate::Lookup::default().draft_min)]
+    pub draft_min: usize,
 }
 
 impl GenArgs {
@@ -82,7 +95,26 @@ impl GenArgs {
         if self.repeat_last_n < -1 {
             bail!("--repeat-last-n must be -1 (the whole context), 0 (off) or positive");
         }
+        if let Some(l) = self.lookup() {
+            l.check()
+                .map_err(|e| anyhow::anyhow!("--draft-max/--draft-min: {e}"))?;
+        }
         engine::validate(&self.sampling(1)).map_err(|e| anyhow::anyhow!(e.describe(e.param.flag())))
+    }
+
+    /// Logits rows the guesses of `n_seq` sequences need (0 without
+    /// --lookup).
+    pub fn draft_rows(&self, n_seq: usize) -> usize {
+        self.lookup().map_or(0, |l| l.draft_max * n_seq)
+    }
+
+    /// The prompt-lookup settings, with --lookup.
+    pub fn lookup(&self) -> Option<engine::speculate::Lookup> {
+        self.lookup.then(|| engine::speculate::Lookup {
+            draft_max: self.draft_max,
+            draft_min: self.draft_min,
+            ..Default::default()
+        })
     }
 
     /// The sampling settings for a context of `n_ctx` tokens.
@@ -116,6 +148,7 @@ impl GenArgs {
             sampling: self.sampling(n_ctx),
             stop: self.stop.clone(),
             ignore_eos: self.ignore_eos,
+            lookup: self.lookup(),
             ..GenParams::new(SamplerConfig::default())
         }
     }

@@ -85,7 +85,8 @@ pub fn run(args: Args) -> Result<()> {
     let opened = common::open_model(&args.model)?;
     let (cfg, vocab) = (&opened.cfg, &opened.vocab);
     let path = args.model.shown();
-    let opts = common::state_options(&opened, &args.ctx, false)?;
+    let mut opts = common::state_options(&opened, &args.ctx, false)?;
+    opts.draft_rows = args.gen.draft_rows(1);
     let n_ctx = opts.n_ctx;
     // Before binding: binding may release pages the hash would read again.
     let fingerprint = args
@@ -257,6 +258,10 @@ pub fn run(args: Args) -> Result<()> {
                 "prompt_tok_s": rate(n_prompt, prompt_ms),
                 "gen_ms": gen_ms,
                 "gen_tok_s": rate(generated, gen_ms),
+                "speculation": args.gen.lookup.then(|| {
+                    let s = finish.speculation;
+                    json!({"drafts": s.drafts, "drafted": s.drafted, "accepted": s.accepted})
+                }),
                 "memory": finish.memory.as_ref().map(|m| {
                     let v = &m.view;
                     json!({

@@ -142,6 +142,7 @@ pub fn run(args: Args) -> Result<()> {
     // Every busy slot puts one token into each decode pass.
     opts.n_seq = args.parallel;
     opts.n_batch = opts.n_batch.max(args.parallel);
+    opts.draft_rows = args.gen.draft_rows(args.parallel);
     let weights_bytes: u64 = opened.file.tensors().iter().map(|t| t.n_bytes).sum();
     if let Some(avail) = model::mem_available() {
         MemoryEstimate::for_state(&opened.cfg, weights_bytes, &opts)

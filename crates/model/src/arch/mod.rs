@@ -198,6 +198,12 @@ impl<'m> State<'m> {
         self.pass().n_seq()
     }
 
+    /// Tokens of one call that may ask for logits (see
+    /// [`crate::StateOptions::draft_rows`]).
+    pub fn logit_rows(&self) -> usize {
+        self.pass().outputs().logit_rows()
+    }
+
     pub fn kv_type(&self) -> KvType {
         self.pass().kv_type()
     }

@@ -34,8 +34,14 @@ enum Command {
     Inspect(commands::inspect::Args),
     /// Long-memory files: inspect one, verify every record.
     Memory(commands::memory::Args),
+    /// Models in the cache: name, quant, size, architecture, whether this
+    /// build runs them.
+    Models(commands::models::Args),
     /// Perplexity of a model over a text, windowed like llama-perplexity.
     Perplexity(commands::perplexity::Args),
+    /// Download a model from the Hugging Face hub (or HF_ENDPOINT) into
+    /// the cache: `cachefit pull OWNER/REPO[:QUANT]`.
+    Pull(commands::pull::Args),
     /// Convert a GGUF model to another tensor type or a llama.cpp-style mix.
     Quantize(commands::quantize::Args),
     /// Generate text from a prompt, streaming it to stdout.
@@ -66,7 +72,9 @@ fn main() -> ExitCode {
         Command::Info(a) => commands::info::run(a),
         Command::Inspect(a) => commands::inspect::run(a),
         Command::Memory(a) => commands::memory::run(a),
+        Command::Models(a) => commands::models::run(a),
         Command::Perplexity(a) => commands::perplexity::run(a),
+        Command::Pull(a) => commands::pull::run(a),
         Command::Quantize(a) => commands::quantize::run(a),
         Command::Run(a) => commands::run::run(a),
         Command::Serve(a) => commands::serve::run(a),

@@ -221,8 +221,8 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         plan.models
             .iter()
-            .map(|p| ModelSource::File(p.clone()))
-            .collect()
+            .map(|p| ModelSource::from_arg(Some(p)))
+            .collect::<Result<_>>()?
     };
     // Fail on a missing file before spending minutes on the ones before it.
     for m in &models {
@@ -419,7 +419,7 @@ fn pin_threads(pool: &ThreadPool, cpus: &[usize]) -> Result<()> {
 }
 
 /// llama.cpp's name for an `enum llama_ftype` (`llama_model_ftype_name`).
-fn ftype_name(ftype: u32) -> Option<&'static str> {
+pub(crate) fn ftype_name(ftype: u32) -> Option<&'static str> {
     Some(match ftype {
         0 => "all F32",
         1 => "F16",

@@ -22,10 +22,32 @@ pub enum ModelSource {
 }
 
 impl ModelSource {
-    pub fn from_arg(model: Option<&PathBuf>) -> ModelSource {
-        match model {
-            Some(p) => ModelSource::File(p.clone()),
-            None => ModelSource::BuiltIn,
+    /// `-m`: a file as given, else a cached model of that name
+    /// (`owner/repo[:QUANT]`, `repo`, a file stem; see `cachefit models`),
+    /// else the built-in model when there is no `-m`.
+    pub fn from_arg(model: Option<&PathBuf>) -> Result<ModelSource> {
+        let Some(p) = model else {
+            return Ok(ModelSource::BuiltIn);
+        };
+        if p.exists() {
+            return Ok(ModelSource::File(p.clone()));
+        }
+        let dir = hub::models_dir();
+        let scan = hub::scan(&dir)?;
+        let name = p.to_string_lossy();
+        match scan.find(&name)? {
+            Some(m) if m.missing_parts > 0 => anyhow::bail!(
+                "{}: {} of its split parts are missing from {}",
+                m.name,
+                m.missing_parts,
+                m.path.parent().unwrap_or(&dir).display()
+            ),
+            Some(m) => Ok(ModelSource::File(m.path.clone())),
+            None => anyhow::bail!(
+                "model file {name} not found: not a file and not a cached model in {} \
+                 (`cachefit models` lists them); try `cachefit pull OWNER/REPO[:QUANT]`",
+                dir.display()
+            ),
         }
     }
 

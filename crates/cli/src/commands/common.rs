@@ -15,9 +15,26 @@ pub const DEFAULT_CTX: usize = 4096;
 /// Which model file and how to load and run it.
 #[derive(clap::Args, Debug)]
 pub struct ModelArgs {
-    /// GGUF model file (default: the built-in cachefit-shakespeare model).
+    /// GGUF model file, or the name of a cached model (`owner/repo:QUANT`,
+    /// `repo`, a file stem: see `cachefit models`) (default: the built-in
+    /// cachefit-shakespeare model).
     #[arg(short = 'm', long)]
     pub model: Option<PathBuf>,
+    /// -hf OWNER/REPO[:QUANT]: a model on the Hugging Face hub (or
+    /// HF_ENDPOINT), downloaded into the cache if not there yet; the quant
+    /// picks the .gguf file (default Q4_K_M), as llama.cpp.
+    #[arg(
+        long = "hf-repo",
+        value_name = "REPO[:QUANT]",
+        conflicts_with = "model"
+    )]
+    pub hf_repo: Option<String>,
+    /// -hff FILE: this file of the -hf repo instead of a quant's.
+    #[arg(long = "hf-file", value_name = "FILE", requires = "hf_repo")]
+    pub hf_file: Option<String>,
+    /// The model once found (and downloaded): resolved once per run.
+    #[arg(skip)]
+    resolved: std::sync::OnceLock<ModelSource>,
     /// Threads (default: the physical cores this process may use, after
     /// CPU affinity and cgroup limits).
     #[arg(short = 't', long)]
@@ -125,13 +142,39 @@ pub struct Opened {
 }
 
 impl ModelArgs {
-    pub fn source(&self) -> ModelSource {
-        ModelSource::from_arg(self.model.as_ref())
+    /// The model `-m` or `-hf` names (downloading it for `-hf` when not
+    /// cached), or the built-in one; found once, then remembered.
+    pub fn source(&self) -> Result<ModelSource> {
+        if let Some(s) = self.resolved.get() {
+            return Ok(s.clone());
+        }
+        let source = match &self.hf_repo {
+            Some(repo) => ModelSource::File(super::pull::fetch(repo, self.hf_file.as_deref())?),
+            None => ModelSource::from_arg(self.model.as_ref())?,
+        };
+        Ok(self.resolved.get_or_init(|| source).clone())
     }
 
     /// The model as messages name it: its path, or the built-in one.
     pub fn shown(&self) -> String {
-        self.source().shown()
+        match (self.resolved.get(), &self.hf_repo, &self.model) {
+            (Some(s), _, _) => s.shown(),
+            (None, Some(r), _) => r.clone(),
+            (None, None, m) => ModelSource::from_arg(m.as_ref())
+                .map(|s| s.shown())
+                .unwrap_or_else(|_| {
+                    m.as_ref()
+                        .map_or_else(String::new, |p| p.display().to_string())
+                }),
+        }
+    }
+
+    /// The model's path once found: `-m` resolved, or the `-hf` download.
+    pub fn resolved_path(&self) -> Option<PathBuf> {
+        match self.resolved.get() {
+            Some(ModelSource::File(p)) => Some(p.clone()),
+            _ => None,
+        }
     }
 }
 
@@ -141,7 +184,7 @@ pub fn open_model(args: &ModelArgs) -> Result<Opened> {
         mlock: args.mlock,
         ..Default::default()
     };
-    let file = args.source().open(opts)?;
+    let file = args.source()?.open(opts)?;
     let path = args.shown();
     let cfg = ModelConfig::from_gguf(file.metadata())
         .with_context(|| format!("{path}: reading the model config"))?;

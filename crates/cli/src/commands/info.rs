@@ -74,7 +74,7 @@ struct ModelNeeds {
 pub fn run(args: Args) -> Result<()> {
     // Model errors first: no point probing for seconds to then fail.
     let needs = Some(model_needs(
-        &super::builtin::ModelSource::from_arg(args.model.as_ref()),
+        &super::builtin::ModelSource::from_arg(args.model.as_ref())?,
         args.ctx_size,
     )?);
     let machine = Machine::probe();

@@ -7,7 +7,9 @@ pub mod info;
 pub mod inspect;
 pub mod levels;
 pub mod memory;
+pub mod models;
 pub mod perplexity;
+pub mod pull;
 pub mod quantize;
 pub mod run;
 pub mod serve;
@@ -32,6 +34,17 @@ const TWO_LETTER_FLAGS: &[(&[&str], &str, &str)] = &[
         &["run", "chat", "serve", "perplexity", "bench"],
         "-ub",
         "--ubatch-size",
+    ),
+    // llama.cpp's `-hf REPO[:QUANT]` and `-hff FILE`.
+    (
+        &["run", "chat", "serve", "perplexity", "memory"],
+        "-hf",
+        "--hf-repo",
+    ),
+    (
+        &["run", "chat", "serve", "perplexity", "memory", "pull"],
+        "-hff",
+        "--hf-file",
     ),
 ];
 
@@ -94,6 +107,10 @@ mod tests {
         assert_eq!(
             rewrite_args(os(&["c", "info", "-tb"])),
             os(&["c", "info", "-tb"])
+        );
+        assert_eq!(
+            rewrite_args(os(&["c", "run", "-hf", "o/r:Q8_0", "-hff", "x.gguf"])),
+            os(&["c", "run", "--hf-repo", "o/r:Q8_0", "--hf-file", "x.gguf"])
         );
         assert_eq!(rewrite_args(os(&["c"])), os(&["c"]));
     }

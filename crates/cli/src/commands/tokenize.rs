@@ -24,7 +24,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let source = ModelSource::from_arg(args.model.as_ref());
+    let source = ModelSource::from_arg(args.model.as_ref())?;
     let file = source.open(Default::default())?;
     let vocab = tokenize::Vocab::from_gguf(file.metadata())
         .with_context(|| format!("{}: cannot load the tokenizer", source.shown()))?;

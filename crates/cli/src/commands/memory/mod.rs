@@ -17,6 +17,8 @@ pub struct Args {
 }
 
 #[derive(clap::Subcommand)]
+// Parsed once per run: the size of the model flags costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Append documents to a memory file (made for the model if new).
     Ingest(ingest::Args),

@@ -230,8 +230,10 @@ impl Collected {
         c
     }
 
+    /// What was collected, without the terminal's control sequences (the
+    /// line editor redraws its line with them).
     fn text(&self) -> String {
-        self.0.lock().unwrap().clone()
+        visible(&self.0.lock().unwrap())
     }
 
     /// Wait until `done` holds for the text; panics with it after 60 s.
@@ -249,6 +251,27 @@ impl Collected {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// `text` without CSI escape sequences (`ESC [ params final`).
+fn visible(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("\x1b[") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let end = after
+            .find(|c: char| ('@'..='~').contains(&c))
+            .map_or(after.len(), |i| i + 1);
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The screen ends with `prompt` (the editor may leave a `\r` after it).
+fn at_prompt(screen: &str, prompt: &str) -> bool {
+    screen.trim_end_matches('\r').ends_with(prompt)
 }
 
 /// Kills the child if a test fails while it runs.
@@ -344,11 +367,14 @@ fn terminal_session_with_ctrl_c() {
         return;
     }
     let bin = env!("CARGO_BIN_EXE_cachefit");
-    let command = format!("'{bin}' chat -m '{m}' --temp 0 -n 64");
+    // No history file of the user's touched; no colour around the prompts
+    // the test waits for (chat_repl.rs tests both).
+    let command = format!("'{bin}' chat -m '{m}' --temp 0 -n 64 --no-history");
     let mut child = Running(
         Command::new("script")
             .args(["-qfec", &command, "/dev/null"])
             .env("SHELL", "/bin/sh")
+            .env("NO_COLOR", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -359,7 +385,7 @@ fn terminal_session_with_ctrl_c() {
     let screen = Collected::spawn(child.0.stdout.take().unwrap());
 
     screen.wait("the prompt", |t| {
-        t.contains("/help for commands") && t.ends_with("> ")
+        t.contains("/help for commands") && at_prompt(t, "> ")
     });
     child.send(LONG_REPLY);
     screen.wait("the reply to start", |t| {
@@ -369,16 +395,16 @@ fn terminal_session_with_ctrl_c() {
     child.send("\x03");
     screen.wait("the prompt again", |t| {
         t.split_once("[interrupted]")
-            .is_some_and(|(_, rest)| rest.ends_with("> "))
+            .is_some_and(|(_, rest)| at_prompt(rest, "> "))
     });
 
     // A continued line, answered; then Ctrl-C twice leaves, in whichever
     // state the second one finds the chat. (Sent apart: two signals that
     // arrive before the first is handled are one.)
     child.send("What is\\\n");
-    screen.wait("the continuation prompt", |t| t.ends_with("... "));
+    screen.wait("the continuation prompt", |t| at_prompt(t, "... "));
     child.send("2+2?\n");
-    screen.wait("the answer", |t| replies(t) == 2 && t.ends_with("> "));
+    screen.wait("the answer", |t| replies(t) == 2 && at_prompt(t, "> "));
     child.send("Name the capital of France.\n");
     screen.wait("the third reply to start", |t| {
         t.split_once("France.\r\n")

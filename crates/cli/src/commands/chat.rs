@@ -16,12 +16,19 @@
 //! in (one per line, [`input`] rules) gives a transcript of answers, which
 //! is how the tests drive it.
 //!
+//! On a terminal, lines are read with a line editor ([`editor`]: arrows,
+//! Home/End, history kept across chats) and the prompt and notices have
+//! colour ([`style`]); piped input is read plainly, by the same rules.
+//!
 //! Ctrl-C is a flag the loops poll: during a reply it ends the reply (what
-//! was written is kept), at the prompt, or a second time during one reply,
-//! it exits with status 130 as llama.cpp does.
+//! was written is kept); at an empty prompt, or a second time during one
+//! reply, it exits with status 130 as llama.cpp does. (On a line with text
+//! the editor clears the line instead.)
 
 mod conversation;
+mod editor;
 mod input;
+mod style;
 
 use super::common::{self, ContextArgs, ModelArgs};
 use super::generate::{GenArgs, Local, Printer};
@@ -30,10 +37,11 @@ use chat::ChatTemplate;
 use conversation::{Conversation, Fit};
 use engine::prompt::TurnEnd;
 use engine::{FinishReason, GenParams};
-use input::{Command, Input, InputReader};
+use input::{Command, Input, InputReader, LineSource};
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use style::{ColorChoice, Style};
 use tokenize::Vocab;
 
 /// Exit status after Ctrl-C at the prompt (128 + SIGINT, as shells and
@@ -46,11 +54,16 @@ Input:
   paste several lines between a line starting with \"\"\" and one ending
   with \"\"\" (taken as they are: no commands, no continuations).
 Commands:
-  /clear   forget the conversation (the --system prompt stays)
-  /exit    leave (also /quit, or end of input: Ctrl-D)
-  /help    show this
-Ctrl-C stops a reply and keeps what it wrote; Ctrl-C at the prompt, or a
-second one during a reply, exits with status 130.
+  /clear      forget the conversation (the --system prompt stays)
+  /save FILE  write the conversation as JSON ({\"messages\": [{\"role\", \"content\"}]})
+  /load FILE  replace the conversation with one /save wrote
+  /exit       leave (also /quit, or end of input: Ctrl-D)
+  /help       show this
+On a terminal, lines can be edited (arrows, Home/End, Ctrl-A/E/K/U/W) and
+Up/Down recall earlier lines, kept in ${XDG_CACHE_HOME:-~/.cache}/cachefit/chat_history
+(--no-history: not kept). Ctrl-C stops a reply and keeps what it wrote; on a
+line with text it clears the line; at an empty prompt, or a second one
+during a reply, it exits with status 130.
 
 When stdin is not a terminal, messages are read from it by the same rules
 and stdout gets only the replies, each followed by a newline; everything
@@ -93,6 +106,17 @@ pub struct Args {
     /// tokens; by default message text is always text.
     #[arg(long = "special-in-messages")]
     pub special_in_messages: bool,
+    /// Print one JSON line per reply (the message, its reply, token counts,
+    /// timings, why it stopped) instead of streaming the reply.
+    #[arg(long)]
+    pub json: bool,
+    /// Colour the prompt and notices: auto (when stdout and stderr are
+    /// terminals and NO_COLOR is not set), always or never.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
+    pub color: ColorChoice,
+    /// Do not read or write the line history file.
+    #[arg(long)]
+    pub no_history: bool,
 }
 
 fn check_args(args: &Args) -> Result<()> {
@@ -183,19 +207,35 @@ pub fn run(args: Args) -> Result<()> {
         } else {
             chat::Special::Text
         },
-        printer: Printer::new(ctrl_c.interrupted.clone(), true),
+        printer: Printer::new(ctrl_c.interrupted.clone(), !args.json),
+        json: args.json,
+        style: Style::new(args.color),
         memory: memory.map(|s| (args.memory.clone().expect("with a session"), s)),
     };
 
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal();
+    let style = chat.style;
     if interactive {
-        eprintln!(
-            "cachefit: chatting; /help for commands, Ctrl-C stops a reply, /exit or Ctrl-D leaves"
+        style.note(
+            "cachefit: chatting; /help for commands, Ctrl-C stops a reply, /exit or Ctrl-D leaves",
         );
     }
-    let mut reader =
-        InputReader::new(stdin.lock(), interactive).with_limit(args.ctx.max_prompt_bytes());
+    // The editor needs a terminal it can drive; TERM=dumb (and the others
+    // rustyline cannot drive) gets plain lines with prompts on stderr.
+    let dumb =
+        std::env::var("TERM").is_ok_and(|t| ["dumb", "cons25", "emacs"].contains(&t.as_str()));
+    let source: Box<dyn LineSource> = if interactive && !dumb {
+        let history = if args.no_history {
+            None
+        } else {
+            editor::history_path()
+        };
+        Box::new(editor::Editor::new(history, style).context("starting the line editor")?)
+    } else {
+        Box::new(input::Plain::new(stdin.lock(), interactive))
+    };
+    let mut reader = InputReader::from_source(source).with_limit(args.ctx.max_prompt_bytes());
     loop {
         ctrl_c.set_busy(false);
         match reader.next().context("reading stdin")? {
@@ -212,17 +252,42 @@ pub fn run(args: Args) -> Result<()> {
                 return Ok(());
             }
             Input::Command(Command::Exit) => return Ok(()),
+            // The editor leaves the terminal as it found it before this.
+            Input::Interrupted => std::process::exit(EXIT_INTERRUPTED),
+            Input::Command(Command::Save(None) | Command::Load(None)) => {
+                style.warn("cachefit: /save and /load need a file name: /save FILE")
+            }
+            Input::Command(Command::Save(Some(path))) => match chat.save(&path) {
+                Ok(n) => style.note(&format!(
+                    "cachefit: saved {n} message{} to {}",
+                    if n == 1 { "" } else { "s" },
+                    path.display()
+                )),
+                Err(e) => style.warn(&format!("cachefit: {e:#}")),
+            },
+            Input::Command(Command::Load(Some(path))) => {
+                match chat.load(&path, args.ctx.max_prompt_bytes()) {
+                    Ok(n) => style.note(&format!(
+                        "cachefit: loaded {n} exchange{} from {}",
+                        if n == 1 { "" } else { "s" },
+                        path.display()
+                    )),
+                    Err(e) => style.warn(&format!(
+                        "cachefit: {e:#}; the conversation is unchanged"
+                    )),
+                }
+            }
             Input::Command(Command::Clear) => {
                 let n = chat.clear();
-                eprintln!(
+                style.note(&format!(
                     "cachefit: conversation cleared ({n} exchange{} forgotten)",
                     if n == 1 { "" } else { "s" }
-                );
+                ));
             }
             Input::Command(Command::Help) => eprintln!("{INPUT_HELP}"),
-            Input::Command(Command::Unknown(word)) => eprintln!(
+            Input::Command(Command::Unknown(word)) => style.warn(&format!(
                 "cachefit: unknown command /{word} (/help lists them; to send it as a message, put it between \"\"\" lines)"
-            ),
+            )),
         }
     }
 }
@@ -248,6 +313,9 @@ struct Chat<'a> {
     /// `--special-in-messages`.
     special: chat::Special,
     printer: Printer,
+    /// `--json`: a JSON line per reply instead of the streamed text.
+    json: bool,
+    style: Style,
     /// The memory file and its session, when the chat has one.
     memory: Option<(
         std::path::PathBuf,
@@ -266,6 +334,53 @@ impl Chat<'_> {
         n
     }
 
+    /// `/save`: write the conversation to `path` atomically (a temporary
+    /// file beside it, then renamed); the messages written.
+    fn save(&self, path: &std::path::Path) -> Result<usize> {
+        if self.memory.is_some() {
+            bail!("/save does not work with --memory: the conversation lives in the memory file");
+        }
+        let json = self.conversation.to_json();
+        let n = json["messages"].as_array().map_or(0, Vec::len);
+        let name = path
+            .file_name()
+            .with_context(|| format!("{} is not a file name", path.display()))?;
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".tmp{}", std::process::id()));
+        let tmp = path.with_file_name(tmp_name);
+        let write = || -> std::io::Result<()> {
+            let mut file = std::fs::File::create(&tmp)?;
+            serde_json::to_writer_pretty(&mut file, &json)?;
+            file.write_all(b"\n")?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, path)
+        };
+        if let Err(e) = write() {
+            let _ = std::fs::remove_file(&tmp);
+            bail!("cannot save the conversation to {}: {e}", path.display());
+        }
+        Ok(n)
+    }
+
+    /// `/load`: replace the conversation with the one in `path`; the
+    /// exchanges loaded. The next reply's prompt renders all of it, and the
+    /// scheduler evaluates what its cache does not hold. Nothing changes
+    /// on error.
+    fn load(&mut self, path: &std::path::Path, max_bytes: usize) -> Result<usize> {
+        if self.memory.is_some() {
+            bail!("/load does not work with --memory: the conversation lives in the memory file");
+        }
+        let text = common::read_bounded(path, max_bytes)?;
+        let loaded = Conversation::from_json(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        self.conversation = loaded;
+        let n = self.conversation.exchanges();
+        // Seeds go on as if the loaded exchanges had been typed here.
+        self.replies = n as u32;
+        Ok(n)
+    }
+
     /// Answer a user message, streaming the reply to stdout; what cannot
     /// be answered is said on stderr and left out of the conversation.
     /// False when stdout is gone (nothing more can be shown).
@@ -276,7 +391,7 @@ impl Chat<'_> {
             // The memory holds the earlier turns.
             self.conversation.clear();
         }
-        self.conversation.push_user(text);
+        self.conversation.push_user(text.clone());
         let fit = self.conversation.fit(
             &self.template,
             // Message text stays text: control tokens only from the
@@ -346,14 +461,43 @@ impl Chat<'_> {
             None => bail!("the reply ended without a result"),
         };
         let mut stdout = std::io::stdout().lock();
-        if writeln!(stdout).and_then(|()| stdout.flush()).is_err() {
+        let end = if self.json {
+            let gen_ms = finish.generation_time.as_secs_f64() * 1e3;
+            let prompt_ms = finish.prompt_time.as_secs_f64() * 1e3;
+            let rate = |n: usize, ms: f64| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
+            let evaluated = finish.prompt_tokens - finish.cached_tokens;
+            // run --json's fields, with the message, the cache and the drops.
+            serde_json::json!({
+                "message": text,
+                "text": printed.text,
+                "prompt_tokens": finish.prompt_tokens,
+                "cached_tokens": finish.cached_tokens,
+                "generated_tokens": finish.completion_tokens,
+                "stop": finish.reason.name(),
+                "stop_string": finish.stop_string,
+                "dropped_exchanges": prompt.dropped,
+                "n_ctx": n_ctx,
+                "seed": finish.seed,
+                "prompt_ms": prompt_ms,
+                "prompt_tok_s": rate(evaluated, prompt_ms),
+                "gen_ms": gen_ms,
+                "gen_tok_s": rate(finish.completion_tokens, gen_ms),
+            })
+            .to_string()
+        } else {
+            String::new()
+        };
+        if writeln!(stdout, "{end}")
+            .and_then(|()| stdout.flush())
+            .is_err()
+        {
             return Ok(false);
         }
         self.replies = self.replies.wrapping_add(1);
         if let (Some(m), Some((path, _))) = (&finish.memory, &self.memory) {
             super::memory::log_use(path, m);
         }
-        report(&finish, finish.prompt_tokens, n_ctx);
+        report(&finish, finish.prompt_tokens, n_ctx, self.style);
         if printed.text.is_empty() && finish.reason == FinishReason::Cancelled {
             self.conversation.pop();
         } else {
@@ -364,7 +508,7 @@ impl Chat<'_> {
 }
 
 /// The stats line after a reply, and why it ended if that needs saying.
-fn report(f: &engine::Finish, prompt_tokens: usize, n_ctx: usize) {
+fn report(f: &engine::Finish, prompt_tokens: usize, n_ctx: usize, style: Style) {
     let rate = |n: usize, t: std::time::Duration| {
         let s = t.as_secs_f64();
         if s > 0.0 {
@@ -374,24 +518,24 @@ fn report(f: &engine::Finish, prompt_tokens: usize, n_ctx: usize) {
         }
     };
     match f.reason {
-        FinishReason::Cancelled => eprintln!("[interrupted]"),
-        FinishReason::ContextFull => eprintln!(
+        FinishReason::Cancelled => style.warn("[interrupted]"),
+        FinishReason::ContextFull => style.warn(&format!(
             "cachefit: the context of {n_ctx} tokens is full; the reply was cut short (older exchanges will be dropped)"
-        ),
+        )),
         FinishReason::EndOfGeneration
         | FinishReason::Length
         | FinishReason::StopString
         | FinishReason::GrammarComplete => {}
     }
     let evaluated = prompt_tokens - f.cached_tokens;
-    eprintln!(
+    style.note(&format!(
         "cachefit: reply {} tokens, {:.1} tok/s; prompt {prompt_tokens} tokens, {} from the cache, {} evaluated at {:.1} tok/s",
         f.completion_tokens,
         rate(f.completion_tokens, f.generation_time),
         f.cached_tokens,
         evaluated,
         rate(evaluated, f.prompt_time),
-    );
+    ));
 }
 
 /// The Ctrl-C state shared with the handler thread.

@@ -9,6 +9,7 @@
 
 use chat::{ChatTemplate, Message};
 
+#[derive(Debug)]
 pub struct Conversation {
     system: Option<String>,
     /// User and assistant messages, oldest first, starting with a user one.
@@ -58,6 +59,64 @@ impl Conversation {
     /// Take back the last message (a user message that got no reply).
     pub fn pop(&mut self) {
         self.turns.pop();
+    }
+
+    /// The conversation as `/save` writes it: OpenAI's
+    /// `{"messages": [{"role": .., "content": ..}]}`, the system prompt
+    /// (when there is one) first.
+    pub fn to_json(&self) -> serde_json::Value {
+        let messages: Vec<_> = self
+            .messages(0)
+            .iter()
+            .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
+            .collect();
+        serde_json::json!({ "messages": messages })
+    }
+
+    /// A conversation `/save` wrote (or any file of that shape): an
+    /// optional system message, then user and assistant messages in turn,
+    /// ending with a reply. The error names the message at fault.
+    pub fn from_json(text: &str) -> Result<Conversation, String> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        let messages = value
+            .get("messages")
+            .and_then(|m| m.as_array())
+            .ok_or("no \"messages\" array at the top")?;
+        let mut system = None;
+        let mut turns = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
+            let n = i + 1;
+            let role = m
+                .get("role")
+                .and_then(|r| r.as_str())
+                .ok_or(format!("message {n} has no \"role\" string"))?;
+            let content = m
+                .get("content")
+                .and_then(|c| c.as_str())
+                .ok_or(format!("message {n} has no \"content\" string"))?
+                .to_string();
+            let expected = if turns.len() % 2 == 0 {
+                "user"
+            } else {
+                "assistant"
+            };
+            match role {
+                "system" if i == 0 => system = Some(content),
+                _ if role == expected => turns.push(Message::new(role, content)),
+                _ => {
+                    return Err(format!(
+                        "message {n} has role \"{role}\" where \"{expected}\" was expected (a system message may come first, then user and assistant in turn)"
+                    ))
+                }
+            }
+        }
+        if turns.len() % 2 == 1 {
+            return Err(
+                "the last message is from the user; a saved conversation ends with a reply".into(),
+            );
+        }
+        Ok(Conversation { system, turns })
     }
 
     /// Exchanges (user messages) in the conversation.
@@ -153,6 +212,25 @@ mod tests {
             Fit::Fits(p) => p,
             Fit::TooLong { tokens } => panic!("too long: {tokens}"),
         }
+    }
+
+    #[test]
+    fn json_round_trip_and_errors() {
+        let mut c = conversation();
+        c.push_assistant("a3".into());
+        let back = Conversation::from_json(&c.to_json().to_string()).unwrap();
+        assert_eq!(back.system.as_deref(), Some("S"));
+        assert_eq!(back.turns, c.turns);
+        let bad = |text: &str| Conversation::from_json(text).unwrap_err();
+        assert!(bad("{").contains("not JSON"));
+        assert!(bad("{}").contains("\"messages\""));
+        let e =
+            bad(r#"{"messages":[{"role":"user","content":"u"},{"role":"tool","content":"t"}]}"#);
+        assert!(e.contains("message 2 has role \"tool\""), "{e}");
+        let e = bad(r#"{"messages":[{"role":"user","content":"u"}]}"#);
+        assert!(e.contains("ends with a reply"), "{e}");
+        let e = bad(r#"{"messages":[{"role":"user","content":null}]}"#);
+        assert!(e.contains("message 1 has no \"content\""), "{e}");
     }
 
     #[test]

@@ -83,10 +83,21 @@ pub struct App {
     pub embed: Option<std::sync::mpsc::Sender<embeddings::EmbedRequest>>,
     /// Width of an embedding.
     pub embedding_dim: usize,
+    /// Whether `/` serves the chat page ([`crate::webui`]; `--no-webui`).
+    pub webui: bool,
+    /// Origins allowed to call from a browser (`--cors-origin`); `None`:
+    /// no CORS headers at all.
+    pub cors: Option<crate::cors::Cors>,
 }
 
 pub fn router(app: Arc<App>) -> Router {
+    let page = if app.webui {
+        crate::webui::routes()
+    } else {
+        Router::new()
+    };
     Router::new()
+        .merge(page)
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/v1/models", get(models))
@@ -125,25 +136,45 @@ fn route_label(path: &str) -> &'static str {
         "/props" => "/props",
         "/slots" => "/slots",
         p if p.starts_with("/v1/models/") => "/v1/models/{id}",
+        "/" => "/",
+        p if p.starts_with("/webui/") => "/webui",
         _ => "other",
     }
 }
 
-/// Protocol checks, the API key (everything but /health), response
-/// counting, and the request's log line (all but /health and /metrics,
-/// which load balancers and scrapers poll).
+/// Protocol checks, CORS preflights (before the key: browsers send none
+/// on them), the API key (everything but /health and the chat page's
+/// static files), CORS headers, response counting, and the request's log
+/// line (all but /health and /metrics, which load balancers and scrapers
+/// poll).
 async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     let route = route_label(req.uri().path());
     let (method, path) = (req.method().to_string(), req.uri().path().to_string());
     let started = std::time::Instant::now();
     let tally = Arc::new(access_log::Tally::default());
-    let response = if let Err(e) = check_protocol(&req) {
+    let origin = app
+        .cors
+        .as_ref()
+        .and_then(|_| req.headers().get(header::ORIGIN).cloned());
+    let open = route == "/health" || (app.webui && crate::webui::is_asset(req.uri().path()));
+    let protocol = check_protocol(&req);
+    let preflight = match (&app.cors, &protocol) {
+        (Some(cors), Ok(())) => cors.preflight(req.method(), req.headers()),
+        _ => None,
+    };
+    let answered_preflight = preflight.is_some();
+    let mut response = if let Err(e) = protocol {
         error_response(e)
-    } else if route != "/health" && !authorized(&app, req.headers()) {
+    } else if let Some(r) = preflight {
+        r
+    } else if !open && !authorized(&app, req.headers()) {
         error_response(ApiError::unauthorized())
     } else {
         access_log::scope(tally.clone(), next.run(req)).await
     };
+    if let (Some(cors), false) = (&app.cors, answered_preflight) {
+        cors.decorate(origin.as_ref(), &mut response);
+    }
     let status = response.status().as_u16();
     app.metrics.response(route, status);
     if matches!(route, "/health" | "/metrics") {

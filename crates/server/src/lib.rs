@@ -29,6 +29,7 @@
 //!
 //! Layout: [`api`] (OpenAI request/response shapes), [`conn`] (accept
 //! loop, timeouts, connection cap), [`http`] (routes, auth, SSE),
+//! [`webui`] (the chat page at `/`), [`cors`] (`--cors-origin`),
 //! [`events`] (the engine's output as a channel), [`metrics`]
 //! (Prometheus text), [`error`]. HTTP status codes are chosen here only.
 
@@ -36,6 +37,7 @@ pub mod access_log;
 pub mod api;
 pub mod choices;
 pub mod conn;
+pub mod cors;
 mod embeddings;
 pub mod error;
 pub mod events;
@@ -44,6 +46,7 @@ pub mod metrics;
 pub mod structured;
 pub mod tools;
 mod utility;
+mod webui;
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -102,6 +105,11 @@ pub struct Config {
     /// How `/v1/embeddings` pools token states (`--pooling`); `None`: as
     /// the file says (`{arch}.pooling_type`), else mean.
     pub pooling: Option<engine::embed::Pooling>,
+    /// Serve the chat page at `/` ([`webui`]); off with `--no-webui`.
+    pub webui: bool,
+    /// Origins allowed to call the API from a browser (`--cors-origin`,
+    /// [`cors::Cors::parse`]); `None`: no CORS headers.
+    pub cors: Option<cors::Cors>,
 }
 
 /// Serve the model until SIGINT/SIGTERM. `opts.n_seq` is the number of
@@ -186,6 +194,8 @@ pub fn serve(
         grammars: std::sync::OnceLock::new(),
         embed: Some(embed_tx),
         embedding_dim: cfg.dim,
+        webui: config.webui,
+        cors: config.cors.clone(),
     });
     // A fault in the mapped model file: fail every request at once, then
     // stop (the engine also checks after each forward pass, so nothing
@@ -256,6 +266,9 @@ pub fn serve(
             config.limits.idle_timeout.as_secs_f64()
         );
         eprintln!("cachefit: listening on http://{local}");
+        if config.webui {
+            eprintln!("cachefit: chat page at http://{local}/ (--no-webui turns it off)");
+        }
         let result = runtime.block_on(run_http(
             listener,
             app.clone(),

@@ -1,7 +1,7 @@
 //! `cachefit serve -m FILE`: an OpenAI-compatible HTTP server
 //! (`/v1/chat/completions`, `/v1/completions`, `/v1/models`, `/health`,
-//! `/metrics`). Thin: flags, loading and the memory check here; the server
-//! itself is the `server` crate.
+//! `/metrics`, and a chat page at `/`). Thin: flags, loading and the
+//! memory check here; the server itself is the `server` crate.
 
 use super::common::{self, ContextArgs, ModelArgs};
 use super::generate::GenArgs;
@@ -92,6 +92,15 @@ pub struct Args {
     pub memory_dir: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub mem: super::memory::MemoryArgs,
+    /// Do not serve the chat page at / (it then answers 404 like any
+    /// unknown path).
+    #[arg(long = "no-webui")]
+    pub no_webui: bool,
+    /// Let web pages from ORIGIN call the API from a browser
+    /// (scheme://host[:port], or * for any; repeat the flag or give a comma
+    /// list). Off by default: no CORS headers at all.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub cors_origin: Vec<String>,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -134,6 +143,8 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     let api_key = api_key(&args)?;
+    let cors = server::cors::Cors::parse(&args.cors_origin)
+        .map_err(|e| anyhow::anyhow!("--cors-origin: {e}"))?;
     let choice = common::threads_for(&args.model)?;
     let threads_batch = common::threads_batch(args.model.threads_batch, choice.n)?;
     let opened = common::open_model(&args.model)?;
@@ -152,7 +163,7 @@ pub fn run(args: Args) -> Result<()> {
     let model_name = args
         .alias
         .clone()
-        .unwrap_or_else(|| match &args.model.model {
+        .unwrap_or_else(|| match &args.model.resolved_path() {
             Some(p) => p
                 .file_name()
                 .map_or_else(|| path.clone(), |n| n.to_string_lossy().into_owned()),
@@ -189,6 +200,8 @@ pub fn run(args: Args) -> Result<()> {
         memory: args.mem.config(),
         log_format: args.log_format,
         pooling: args.pooling,
+        webui: !args.no_webui,
+        cors,
     };
     server::serve(&opened.file, &opened.cfg, opened.vocab, &opts, config)
         .with_context(|| format!("serving {path}"))

@@ -12,6 +12,17 @@ python3 -m pip install --quiet --disable-pip-version-check "gguf==0.19.0" "numpy
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 models="$(scripts/fetch-models.sh)"
 export CACHEFIT_MODELS="$models"
+# Debian packages the user-path tests drive: tmux (the chat REPL's keys,
+# in cargo test), chromium (the chat page), nginx (replicas behind a load
+# balancer).
+missing=""
+for pkg in tmux:tmux chromium:chromium nginx:nginx; do
+    command -v "${pkg%%:*}" >/dev/null || missing="$missing ${pkg##*:}"
+done
+if [ -n "$missing" ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing) >/dev/null 2>&1 \
+        || echo "*** NOTE: could not install$missing; their tests will say so ***"
+fi
 # Tests that need a model fail instead of skipping.
 export CACHEFIT_REQUIRE_MODELS=1
 
@@ -152,6 +163,12 @@ step "OpenAI client against cachefit serve (tests/openai; structured output: 50 
 # requirements.txt: openai, pytest, jsonschema.
 python3 -m pip install --quiet --disable-pip-version-check -r tests/openai/requirements.txt 2>&1 | grep -v "Running pip as the 'root'" || true
 CACHEFIT_BIN="$PWD/target/release/cachefit" timeout 300 python3 -m pytest -q -p no:cacheprovider tests/openai
+
+step "the chat page in headless Chromium: send, stream, stop, reload, the API key (scripts/webui-test.sh; screenshots in target/webui/)"
+timeout 300 scripts/webui-test.sh
+
+step "two replicas behind nginx: 32 concurrent requests, one replica killed mid-run, 1 vs 2 replicas (scripts/deploy-test.sh)"
+timeout 400 scripts/deploy-test.sh --bin target/release/cachefit
 
 step "done"
 # One closing line for CI's reader, summed over every cargo test binary.

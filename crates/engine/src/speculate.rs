@@ -109,8 +109,11 @@ impl Lookup {
 }
 
 /// Backs a job off guessing while its guesses fail. A draft with nothing
-/// accepted halves the next draft's length; one with `a` accepted allows
-/// `2a + 2`. After [`Throttle::MISSES`] failed drafts in a row, no drafts
+/// accepted halves the next draft's length; one with `a` of its guesses
+/// accepted allows `a + 1` next (each rejected guess costs a row of the
+/// pass: on Qwen2.5's Q4_K, sampled free writing went from 0.87–0.94× to
+/// 0.97–1.04× of plain decoding with this instead of `2a + 2`), and one
+/// accepted whole allows twice its length. After [`Throttle::MISSES`] failed drafts in a row, no drafts
 /// for a pause that doubles each time (from 4 steps up to 256) and resets
 /// when a draft is accepted again. Failing work pays for a few short
 /// wasted drafts per pause, a small and shrinking share of its steps.
@@ -151,7 +154,11 @@ impl Throttle {
         if accepted > 0 {
             self.misses = 0;
             self.backoff = 0;
-            self.limit = 2 * accepted + 2;
+            self.limit = if accepted == drafted {
+                2 * drafted
+            } else {
+                accepted + 1
+            };
             return;
         }
         self.limit = (drafted / 2).max(1);
@@ -309,10 +316,14 @@ mod tests {
         t.record(0, 8);
         assert_eq!(t.limit(8), 4);
         t.record(1, 4);
-        assert_eq!(t.limit(8), 4);
-        t.record(0, 1);
+        assert_eq!(t.limit(8), 2);
+        t.record(0, 2);
         assert_eq!(t.limit(8), 1);
         t.record(1, 1);
+        assert_eq!(t.limit(8), 2);
+        t.record(2, 2);
+        assert_eq!(t.limit(8), 4);
+        t.record(3, 4);
         assert_eq!(t.limit(8), 4);
         t.record(7, 8);
         assert_eq!(t.limit(8), 8);

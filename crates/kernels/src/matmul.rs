@@ -532,8 +532,8 @@ mod tests {
         let buf = vec![0u8; n + 1];
         assert!(m.with_tiles(&buf[..n - 1]).is_err());
         assert!(m.pack_tiles(&mut vec![0u8; n + 1]).is_err());
-        let data = matrix_bytes(GgmlType::Q6_K, 4, 256, 1);
-        let k = view(GgmlType::Q6_K, 4, 256, &data);
+        let data = matrix_bytes(GgmlType::Q3_K, 4, 256, 1);
+        let k = view(GgmlType::Q3_K, 4, 256, &data);
         assert_eq!(k.tiles_bytes(), None);
         assert!(k
             .with_tiles(&buf)
@@ -550,6 +550,8 @@ mod tests {
         for (tiled, types) in [
             (false, [GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0]),
             (true, [GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0]),
+            (true, [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q6_K]),
+            (true, [GgmlType::Q5_K, GgmlType::Q4_K, GgmlType::Q6_K]),
             (false, [GgmlType::Q4_1, GgmlType::Q6_K, GgmlType::F32]),
         ] {
             let cols = 256 * 2;

@@ -161,16 +161,20 @@ impl<'a> Layout<'a> {
     ) -> Layout<'a> {
         let ty = tr.ty;
         let (product, prepare, prepared_bytes) = match (tiles, tr.multi) {
-            (Some(tiles), _) => (
-                Product::Tiles {
-                    tiles,
-                    dot: kernels
-                        .tile_dot(ty)
-                        .expect("tiles are only taken for types with tile kernels"),
-                },
-                tiles::prepare as FromFloatFn,
-                tiles::prepared_bytes(cols),
-            ),
+            (Some(tiles), _) => {
+                let td =
+                    tiles::tile_dot(ty).expect("tiles are only taken for types with tile kernels");
+                (
+                    Product::Tiles {
+                        tiles,
+                        dot: kernels
+                            .tile_dot(ty)
+                            .expect("tiles are only taken for types with tile kernels"),
+                    },
+                    td.prepare,
+                    (td.prepared_bytes)(cols),
+                )
+            }
             (None, Some(multi)) => (
                 Product::Multi {
                     dot: kernels
@@ -497,7 +501,10 @@ mod tests {
                         }
                         _ => panic!("{ty}: no tile product"),
                     }
-                    assert_eq!(tiled.prepared_bytes(), tiles::prepared_bytes(cols));
+                    assert_eq!(
+                        tiled.prepared_bytes(),
+                        (tiles::tile_dot(ty).unwrap().prepared_bytes)(cols)
+                    );
                     // Another set keeps the tiles.
                     let other = tiled.with_kernels(crate::table(Isa::Scalar).unwrap());
                     assert!(other.tiles().is_some());

@@ -85,6 +85,7 @@ pub mod q8_0;
 pub mod q8_k;
 pub mod q8_quads;
 pub mod tiles;
+pub mod tiles_k;
 pub mod tq1_0;
 pub mod tq2_0;
 

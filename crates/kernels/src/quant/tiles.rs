@@ -38,6 +38,7 @@ use crate::quant::q4_1::BlockQ4_1;
 use crate::quant::q5_0::BlockQ5_0;
 use crate::quant::q5_1::BlockQ5_1;
 use crate::quant::q8_0::{BlockQ8_0, QK8_0};
+use crate::traits::FromFloatFn;
 use bytemuck::Zeroable;
 use gguf::GgmlType;
 use half::f16;
@@ -61,6 +62,10 @@ pub struct TileDot {
     /// Repack `rows` rows (`src`, whole blocks) into `dst`
     /// (`tiles(rows) · tile_bytes(cols)` bytes).
     pub pack: fn(src: &[u8], rows: usize, cols: usize, dst: &mut [u8]),
+    /// Quantize an activation row for the kernels (whole blocks).
+    pub prepare: FromFloatFn,
+    /// Bytes of one activation row of `cols` elements once prepared.
+    pub prepared_bytes: fn(cols: usize) -> usize,
     /// The kernels, one per instruction set ([`crate::Kernels::tile_dot`]
     /// hands them out).
     pub(crate) dots: PerIsa<TileDotFn>,
@@ -74,6 +79,9 @@ pub fn tile_dot(ty: GgmlType) -> Option<&'static TileDot> {
         GgmlType::Q5_0 => Some(&Q5_0),
         GgmlType::Q5_1 => Some(&Q5_1),
         GgmlType::Q8_0 => Some(&Q8_0),
+        GgmlType::Q4_K => Some(&super::tiles_k::Q4_K),
+        GgmlType::Q5_K => Some(&super::tiles_k::Q5_K),
+        GgmlType::Q6_K => Some(&super::tiles_k::Q6_K),
         _ => None,
     }
 }
@@ -100,6 +108,8 @@ const fn tile_dot_of<B: TileBlock>() -> TileDot {
     TileDot {
         tile_bytes: tile_bytes::<B>,
         pack: pack::<B>,
+        prepare,
+        prepared_bytes,
         dots: dots::<B>(),
     }
 }

@@ -1,0 +1,460 @@
+//! The AVX-512 and AVX2 K-quant tile kernels (layout and arithmetic in the
+//! parent module).
+//!
+//! No closures or generic helpers inside the kernels: a closure does not
+//! inherit `#[target_feature]`, so the intrinsics in it would become calls.
+
+use super::{activation, min_pair, q4k, q5k, q6k, KTile, Q4K, Q5K, Q6K, SUBS};
+use crate::quant::q8_0::x86::bytes_from_bits_32;
+use crate::quant::q8_k::BlockQ8K;
+use crate::quant::tiles::TILE_ROWS;
+use core::arch::x86_64::*;
+
+/// The driver shared by the AVX-512 kernels: activations in groups of up
+/// to 8, each group one pass over the tile.
+macro_rules! avx512_driver {
+    ($name:ident, $group:ident, $ty:ty) => {
+        /// [`crate::quant::tiles::TileDotFn`] on AVX-512.
+        ///
+        /// # Safety
+        /// The CPU must support the [`crate::Isa::Avx512`] feature set.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+        pub unsafe fn $name(
+            tile: &[u8],
+            nb: usize,
+            acts: &[u8],
+            stride: usize,
+            n: usize,
+            out: &mut [f32],
+        ) {
+            // The bounds every unchecked load below relies on.
+            super::check_dot_bounds::<$ty>(tile, nb, n, out);
+            let mut c = 0;
+            while c < n {
+                macro_rules! run {
+                    ($size:literal) => {{
+                        // activation() checks each activation's length.
+                        let a: [&[BlockQ8K]; $size] =
+                            core::array::from_fn(|k| activation(acts, (c + k) * stride, nb / SUBS));
+                        // SAFETY: the tile holds nb / 8 superblocks (asserted
+                        // above) and each activation as many (activation()).
+                        let acc = unsafe { $group::<$ty, $size>(tile.as_ptr(), nb / SUBS, a) };
+                        for (k, v) in acc.iter().enumerate() {
+                            let o = &mut out[TILE_ROWS * (c + k)..TILE_ROWS * (c + k + 1)];
+                            // SAFETY: o is 16 floats long.
+                            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *v) };
+                        }
+                        $size
+                    }};
+                }
+                c += match n - c {
+                    8.. => run!(8),
+                    7 => run!(7),
+                    6 => run!(6),
+                    5 => run!(5),
+                    4 => run!(4),
+                    3 => run!(3),
+                    2 => run!(2),
+                    _ => run!(1),
+                };
+            }
+        }
+    };
+}
+
+avx512_driver!(dot_avx512_q4k, group_q4k, Q4K);
+avx512_driver!(dot_avx512_q5k, group_q4k, Q5K);
+avx512_driver!(dot_avx512_q6k, group_q6k, Q6K);
+
+/// 4 activation bytes from byte `$off` at `$y`, in every 32-bit lane.
+macro_rules! bcast512 {
+    ($y:expr, $off:expr) => {
+        _mm512_set1_epi32(core::ptr::read_unaligned($y.add($off).cast::<i32>()))
+    };
+}
+
+/// One pass over a Q4_K tile of `ns` superblocks for `N` activations.
+///
+/// # Safety
+/// AVX-512 as above; `tile` points at a Q4_K tile of `ns` superblocks and
+/// every activation holds `ns` blocks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn group_q4k<T: KTile, const N: usize>(
+    tile: *const u8,
+    ns: usize,
+    acts: [&[BlockQ8K]; N],
+) -> [__m512; N] {
+    // SAFETY: the caller's contract: every offset below is inside
+    // superblock `s < ns` of the tile, or block `s` of an activation.
+    unsafe {
+        let mut acc = [_mm512_setzero_ps(); N];
+        let low = _mm512_set1_epi8(0x0f);
+        for s in 0..ns {
+            let t = tile.add(s * T::SB);
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(t.cast()));
+            let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(t.add(q4k::DMIN).cast()));
+            let mut isum = [_mm512_setzero_si512(); N];
+            let mut summ = [_mm512_setzero_si512(); N];
+            for j in 0..SUBS {
+                let sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(t.add(q4k::SC + 16 * j).cast()));
+                let q = t.add(q4k::QS + T::PAIR * (j / 2));
+                let shift = _mm_cvtsi32_si128(4 * (j % 2) as i32);
+                let mut w = [_mm512_setzero_si512(); 8];
+                for (k, w) in w.iter_mut().enumerate() {
+                    let v = _mm512_loadu_si512(q.add(64 * k).cast());
+                    *w = _mm512_and_si512(_mm512_srl_epi16(v, shift), low);
+                    if T::FIFTH {
+                        let at = q5k::MASKS + 64 * (j % 2) + 8 * k;
+                        let mask = core::ptr::read_unaligned(q.add(at).cast::<u64>());
+                        *w = _mm512_mask_add_epi8(*w, mask, *w, _mm512_set1_epi8(16));
+                    }
+                }
+                for (a, isum) in acts.iter().zip(isum.iter_mut()) {
+                    let y = a.get_unchecked(s).qs.as_ptr().add(32 * j);
+                    // Two chains, so the dpbusd latencies overlap.
+                    let zero = _mm512_setzero_si512();
+                    let mut s0 = _mm512_dpbusd_epi32(zero, w[0], bcast512!(y, 0));
+                    let mut s1 = _mm512_dpbusd_epi32(zero, w[1], bcast512!(y, 4));
+                    s0 = _mm512_dpbusd_epi32(s0, w[2], bcast512!(y, 8));
+                    s1 = _mm512_dpbusd_epi32(s1, w[3], bcast512!(y, 12));
+                    s0 = _mm512_dpbusd_epi32(s0, w[4], bcast512!(y, 16));
+                    s1 = _mm512_dpbusd_epi32(s1, w[5], bcast512!(y, 20));
+                    s0 = _mm512_dpbusd_epi32(s0, w[6], bcast512!(y, 24));
+                    s1 = _mm512_dpbusd_epi32(s1, w[7], bcast512!(y, 28));
+                    let sum = _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc);
+                    *isum = _mm512_add_epi32(*isum, sum);
+                }
+            }
+            for p in 0..4 {
+                let mins =
+                    _mm512_cvtepu8_epi16(_mm256_loadu_si256(t.add(q4k::MIN + 32 * p).cast()));
+                for (a, summ) in acts.iter().zip(summ.iter_mut()) {
+                    let pair = _mm512_set1_epi32(min_pair(a.get_unchecked(s), p));
+                    *summ = _mm512_add_epi32(*summ, _mm512_madd_epi16(mins, pair));
+                }
+            }
+            for (((a, isum), summ), acc) in acts.iter().zip(isum).zip(summ).zip(acc.iter_mut()) {
+                let dy = _mm512_set1_ps(a.get_unchecked(s).d);
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dy), *acc);
+                *acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dmin, dy), *acc);
+            }
+        }
+        acc
+    }
+}
+
+/// One pass over a Q6_K tile of `ns` superblocks for `N` activations.
+///
+/// # Safety
+/// As [`group_q4k`], for a Q6_K tile.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn group_q6k<T: KTile, const N: usize>(
+    tile: *const u8,
+    ns: usize,
+    acts: [&[BlockQ8K]; N],
+) -> [__m512; N] {
+    // SAFETY: as in `group_q4k`.
+    unsafe {
+        let mut acc = [_mm512_setzero_ps(); N];
+        let low = _mm512_set1_epi8(0x0f);
+        let top = _mm512_set1_epi8(0x30);
+        for s in 0..ns {
+            let t = tile.add(s * Q6K::SB);
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(t.cast()));
+            let mut isum = [_mm512_setzero_si512(); N];
+            for p in 0..SUBS / 2 {
+                let q = t.add(q6k::QS + q6k::PAIR * p);
+                let mut v = [_mm512_setzero_si512(); 8];
+                for (k, v) in v.iter_mut().enumerate() {
+                    *v = _mm512_loadu_si512(q.add(64 * k).cast());
+                }
+                let mut h = [_mm512_setzero_si512(); 4];
+                for (m, h) in h.iter_mut().enumerate() {
+                    *h = _mm512_loadu_si512(q.add(q6k::HIGH + 64 * m).cast());
+                }
+                for odd in [false, true] {
+                    let j = 2 * p + odd as usize;
+                    let at = q6k::SC + 32 * j;
+                    let sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(t.add(at).cast()));
+                    let sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(t.add(at + 16).cast()));
+                    // The nibble (low for the even block, high for the odd)
+                    // or'ed (ternary 0xEC: `(a & c) | b`) with the top bits,
+                    // which sit at bits 0, 2 (groups 0..4) or 4, 6 (4..8)
+                    // of `h` and go to bit 4: immediate shifts per block.
+                    let mut w = [_mm512_setzero_si512(); 8];
+                    for m in 0..4 {
+                        let (v0, v1, h0, h1) = if odd {
+                            (
+                                _mm512_srli_epi16::<4>(v[m]),
+                                _mm512_srli_epi16::<4>(v[m + 4]),
+                                _mm512_slli_epi16::<2>(h[m]),
+                                _mm512_srli_epi16::<2>(h[m]),
+                            )
+                        } else {
+                            (v[m], v[m + 4], _mm512_slli_epi16::<4>(h[m]), h[m])
+                        };
+                        let h0 = _mm512_and_si512(h0, top);
+                        let h1 = _mm512_and_si512(h1, top);
+                        w[m] = _mm512_ternarylogic_epi32::<0xEC>(v0, h0, low);
+                        w[m + 4] = _mm512_ternarylogic_epi32::<0xEC>(v1, h1, low);
+                    }
+                    for (a, isum) in acts.iter().zip(isum.iter_mut()) {
+                        let yb = a.get_unchecked(s);
+                        let y = yb.qs.as_ptr().add(32 * j);
+                        let mut s0 = _mm512_set1_epi32(-32 * *yb.bsums.get_unchecked(2 * j) as i32);
+                        let mut s1 =
+                            _mm512_set1_epi32(-32 * *yb.bsums.get_unchecked(2 * j + 1) as i32);
+                        s0 = _mm512_dpbusd_epi32(s0, w[0], bcast512!(y, 0));
+                        s1 = _mm512_dpbusd_epi32(s1, w[4], bcast512!(y, 16));
+                        s0 = _mm512_dpbusd_epi32(s0, w[1], bcast512!(y, 4));
+                        s1 = _mm512_dpbusd_epi32(s1, w[5], bcast512!(y, 20));
+                        s0 = _mm512_dpbusd_epi32(s0, w[2], bcast512!(y, 8));
+                        s1 = _mm512_dpbusd_epi32(s1, w[6], bcast512!(y, 24));
+                        s0 = _mm512_dpbusd_epi32(s0, w[3], bcast512!(y, 12));
+                        s1 = _mm512_dpbusd_epi32(s1, w[7], bcast512!(y, 28));
+                        let sum = _mm512_add_epi32(
+                            _mm512_mullo_epi32(s0, sc0),
+                            _mm512_mullo_epi32(s1, sc1),
+                        );
+                        *isum = _mm512_add_epi32(*isum, sum);
+                    }
+                }
+            }
+            for ((a, isum), acc) in acts.iter().zip(isum).zip(acc.iter_mut()) {
+                let dy = _mm512_set1_ps(a.get_unchecked(s).d);
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dy), *acc);
+            }
+        }
+        acc
+    }
+}
+
+/// The driver shared by the AVX2 kernels: each tile as two halves of 8
+/// rows (one per 32-bit lane of a 256-bit register), the activations in
+/// groups of up to 4. `maddubs` stands in for `dpbusd`: two products of a
+/// 6-bit quant and an activation byte, and two such pairs, stay in i16.
+macro_rules! avx2_driver {
+    ($name:ident, $half:ident, $ty:ty) => {
+        /// [`crate::quant::tiles::TileDotFn`] on AVX2.
+        ///
+        /// # Safety
+        /// The CPU must support AVX2, FMA and F16C.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $name(
+            tile: &[u8],
+            nb: usize,
+            acts: &[u8],
+            stride: usize,
+            n: usize,
+            out: &mut [f32],
+        ) {
+            // The bounds every unchecked load below relies on.
+            super::check_dot_bounds::<$ty>(tile, nb, n, out);
+            let mut c = 0;
+            while c < n {
+                macro_rules! run {
+                    ($size:literal) => {{
+                        let a: [&[BlockQ8K]; $size] =
+                            core::array::from_fn(|k| activation(acts, (c + k) * stride, nb / SUBS));
+                        let (t, ns) = (tile.as_ptr(), nb / SUBS);
+                        for half in 0..2 {
+                            // SAFETY: the tile holds ns superblocks (asserted
+                            // above) and each activation as many.
+                            let acc = unsafe { $half::<$ty, $size>(t, ns, half, a) };
+                            for (k, v) in acc.iter().enumerate() {
+                                let at = TILE_ROWS * (c + k) + 8 * half;
+                                let o = &mut out[at..at + 8];
+                                // SAFETY: o is 8 floats long.
+                                unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *v) };
+                            }
+                        }
+                        $size
+                    }};
+                }
+                c += match n - c {
+                    4.. => run!(4),
+                    3 => run!(3),
+                    2 => run!(2),
+                    _ => run!(1),
+                };
+            }
+        }
+    };
+}
+
+avx2_driver!(dot_avx2_q4k, half_q4k, Q4K);
+avx2_driver!(dot_avx2_q5k, half_q4k, Q5K);
+avx2_driver!(dot_avx2_q6k, half_q6k, Q6K);
+
+/// 4 activation bytes from byte `$off` at `$y`, in every 32-bit lane.
+macro_rules! bcast256 {
+    ($y:expr, $off:expr) => {
+        _mm256_set1_epi32(core::ptr::read_unaligned($y.add($off).cast::<i32>()))
+    };
+}
+
+/// Rows `8·half..8·half + 8` of a Q4_K tile against `N` activations.
+///
+/// # Safety
+/// As [`group_q4k`], on AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn half_q4k<T: KTile, const N: usize>(
+    tile: *const u8,
+    ns: usize,
+    half: usize,
+    acts: [&[BlockQ8K]; N],
+) -> [__m256; N] {
+    // SAFETY: as in `group_q4k`; this half's rows are 8 lanes further.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); N];
+        let low = _mm256_set1_epi8(0x0f);
+        for s in 0..ns {
+            let t = tile.add(s * T::SB);
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(t.add(16 * half).cast()));
+            let dmin = _mm256_cvtph_ps(_mm_loadu_si128(t.add(q4k::DMIN + 16 * half).cast()));
+            let mut isum = [_mm256_setzero_si256(); N];
+            let mut summ = [_mm256_setzero_si256(); N];
+            for j in 0..SUBS {
+                let at = q4k::SC + 16 * j + 8 * half;
+                let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(t.add(at).cast()));
+                // The row's scale in both i16 halves of its lane, for madd.
+                let sc = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+                let pair = t.add(q4k::QS + T::PAIR * (j / 2));
+                let q = pair.add(32 * half);
+                let shift = _mm_cvtsi32_si128(4 * (j % 2) as i32);
+                for k in 0..4 {
+                    let v0 = _mm256_loadu_si256(q.add(64 * k).cast());
+                    let v1 = _mm256_loadu_si256(q.add(64 * (k + 4)).cast());
+                    let w0 = _mm256_and_si256(_mm256_srl_epi16(v0, shift), low);
+                    let w1 = _mm256_and_si256(_mm256_srl_epi16(v1, shift), low);
+                    let (w0, w1) = if T::FIFTH {
+                        // This half's 32 bits of the groups' fifth-bit masks.
+                        let at = q5k::MASKS + 64 * (j % 2) + 4 * half;
+                        let m0 = core::ptr::read_unaligned(pair.add(at + 8 * k).cast::<u32>());
+                        let m1 =
+                            core::ptr::read_unaligned(pair.add(at + 8 * (k + 4)).cast::<u32>());
+                        let sixteen = _mm256_set1_epi8(16);
+                        (
+                            _mm256_add_epi8(w0, _mm256_and_si256(bytes_from_bits_32(m0), sixteen)),
+                            _mm256_add_epi8(w1, _mm256_and_si256(bytes_from_bits_32(m1), sixteen)),
+                        )
+                    } else {
+                        (w0, w1)
+                    };
+                    for (a, isum) in acts.iter().zip(isum.iter_mut()) {
+                        let y = a.get_unchecked(s).qs.as_ptr().add(32 * j);
+                        // Each pair ≤ 2·31·127, two of them ≤ 15748: i16.
+                        let p = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(w0, bcast256!(y, 4 * k)),
+                            _mm256_maddubs_epi16(w1, bcast256!(y, 16 + 4 * k)),
+                        );
+                        *isum = _mm256_add_epi32(*isum, _mm256_madd_epi16(p, sc));
+                    }
+                }
+            }
+            for p in 0..4 {
+                let at = q4k::MIN + 32 * p + 16 * half;
+                let mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(t.add(at).cast()));
+                for (a, summ) in acts.iter().zip(summ.iter_mut()) {
+                    let pair = _mm256_set1_epi32(min_pair(a.get_unchecked(s), p));
+                    *summ = _mm256_add_epi32(*summ, _mm256_madd_epi16(mins, pair));
+                }
+            }
+            for (((a, isum), summ), acc) in acts.iter().zip(isum).zip(summ).zip(acc.iter_mut()) {
+                let dy = _mm256_set1_ps(a.get_unchecked(s).d);
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dy), *acc);
+                *acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_mul_ps(dmin, dy), *acc);
+            }
+        }
+        acc
+    }
+}
+
+/// Rows `8·half..8·half + 8` of a Q6_K tile against `N` activations.
+///
+/// # Safety
+/// As [`group_q6k`], on AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn half_q6k<T: KTile, const N: usize>(
+    tile: *const u8,
+    ns: usize,
+    half: usize,
+    acts: [&[BlockQ8K]; N],
+) -> [__m256; N] {
+    // SAFETY: as in `group_q4k`; this half's rows are 8 lanes further.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); N];
+        let low = _mm256_set1_epi8(0x0f);
+        let top = _mm256_set1_epi8(0x30);
+        let low16 = _mm256_set1_epi32(0xffff);
+        for s in 0..ns {
+            let t = tile.add(s * Q6K::SB);
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(t.add(16 * half).cast()));
+            let mut isum = [_mm256_setzero_si256(); N];
+            for j in 0..SUBS {
+                let at = q6k::SC + 32 * j + 8 * half;
+                let sc0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(t.add(at).cast()));
+                let sc1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(t.add(at + 16).cast()));
+                // Each row's scale in both i16 halves of its lane, for madd.
+                let sc0 = _mm256_or_si256(_mm256_and_si256(sc0, low16), _mm256_slli_epi32(sc0, 16));
+                let sc1 = _mm256_or_si256(_mm256_and_si256(sc1, low16), _mm256_slli_epi32(sc1, 16));
+                let q = t.add(q6k::QS + q6k::PAIR * (j / 2) + 32 * half);
+                let odd = (j % 2) as i32;
+                let shift = _mm_cvtsi32_si128(4 * odd);
+                let up = _mm_cvtsi32_si128(4 - 2 * odd);
+                let down = _mm_cvtsi32_si128(2 * odd);
+                // Groups m and m + 1 (then m + 4, m + 5) share one madd.
+                for m in [0, 2] {
+                    let mut w = [_mm256_setzero_si256(); 4];
+                    for (i, w) in w.iter_mut().enumerate() {
+                        let g = m + i % 2;
+                        let h = _mm256_loadu_si256(q.add(q6k::HIGH + 64 * g).cast());
+                        let h = if i < 2 {
+                            _mm256_sll_epi16(h, up)
+                        } else {
+                            _mm256_srl_epi16(h, down)
+                        };
+                        let v = _mm256_loadu_si256(q.add(64 * (g + 4 * (i / 2))).cast());
+                        *w = _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srl_epi16(v, shift), low),
+                            _mm256_and_si256(h, top),
+                        );
+                    }
+                    for (a, isum) in acts.iter().zip(isum.iter_mut()) {
+                        let y = a.get_unchecked(s).qs.as_ptr().add(32 * j);
+                        // Each pair ≤ 2·63·127, two of them ≤ 32004: i16.
+                        let p0 = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(w[0], bcast256!(y, 4 * m)),
+                            _mm256_maddubs_epi16(w[1], bcast256!(y, 4 * m + 4)),
+                        );
+                        let p1 = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(w[2], bcast256!(y, 16 + 4 * m)),
+                            _mm256_maddubs_epi16(w[3], bcast256!(y, 20 + 4 * m)),
+                        );
+                        let sum = _mm256_add_epi32(
+                            _mm256_madd_epi16(p0, sc0),
+                            _mm256_madd_epi16(p1, sc1),
+                        );
+                        *isum = _mm256_add_epi32(*isum, sum);
+                    }
+                }
+                // The zero point: 32·sc·Σy per 16, Σy from Q8_K's sums.
+                for (a, isum) in acts.iter().zip(isum.iter_mut()) {
+                    let yb = a.get_unchecked(s);
+                    let y0 = *yb.bsums.get_unchecked(2 * j) as u16 as i32;
+                    let y1 = *yb.bsums.get_unchecked(2 * j + 1) as u16 as i32;
+                    let off = _mm256_add_epi32(
+                        _mm256_madd_epi16(sc0, _mm256_set1_epi32(y0)),
+                        _mm256_madd_epi16(sc1, _mm256_set1_epi32(y1)),
+                    );
+                    *isum = _mm256_sub_epi32(*isum, _mm256_slli_epi32(off, 5));
+                }
+            }
+            for ((a, isum), acc) in acts.iter().zip(isum).zip(acc.iter_mut()) {
+                let dy = _mm256_set1_ps(a.get_unchecked(s).d);
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dy), *acc);
+            }
+        }
+        acc
+    }
+}

@@ -286,27 +286,42 @@ impl I8Vector {
 
     /// Quantize `x` with the kernels this process selected.
     pub fn quantize(&mut self, x: &[f32]) {
-        self.quantize_with(crate::selected().int8.quantize, x)
+        let k = &crate::selected().int8;
+        self.quantize_by(k.quantize, k.regions, x)
     }
 
     /// Quantize `x` with a given set's quantizer ([`Int8Kernels::quantize`];
     /// every set gives the same bytes and scale).
     pub fn quantize_with(&mut self, quantize: QuantizeFn, x: &[f32]) {
+        self.quantize_by(quantize, regions_ref, x)
+    }
+
+    /// Quantize `x` with a whole set's kernels (the same bytes, scale and
+    /// sum from every set).
+    pub fn quantize_kernels(&mut self, k: &Int8Kernels, x: &[f32]) {
+        self.quantize_by(k.quantize, k.regions, x)
+    }
+
+    fn quantize_by(&mut self, quantize: QuantizeFn, regions: RegionsFn, x: &[f32]) {
         let n = x.len();
+        let (q, u, a) = self.regions_mut(n);
+        let scale = quantize(x, &mut q[..n]);
+        q[n..].fill(0);
+        self.sum = regions(q, u, a);
+        self.scale = scale;
+    }
+
+    /// Make room for `n` values and take that length: the `q`, offset and
+    /// `|q|` regions, each `n` padded to whole cache lines (the caller
+    /// fills them and sets the scale and sum).
+    fn regions_mut(&mut self, n: usize) -> (&mut [i8], &mut [u8], &mut [u8]) {
         self.reserve(n);
+        self.len = n;
         let padded = Self::padded(n);
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.buf);
         let (q, rest) = bytes[..3 * padded].split_at_mut(padded);
         let (u, a) = rest.split_at_mut(padded);
-        let q: &mut [i8] = bytemuck::cast_slice_mut(q);
-        self.scale = quantize(x, &mut q[..n]);
-        q[n..].fill(0);
-        for ((&qi, ui), ai) in q.iter().zip(u.iter_mut()).zip(a.iter_mut()) {
-            *ui = (qi as u8) ^ 0x80;
-            *ai = qi.unsigned_abs();
-        }
-        self.sum = q.iter().map(|&v| v as i32).sum();
-        self.len = n;
+        (bytemuck::cast_slice_mut(q), u, a)
     }
 
     fn padded(n: usize) -> usize {
@@ -372,6 +387,15 @@ pub struct Int8Kernels {
     pub rows: RowsFn,
     /// The several-activation row kernel ([`matvec_multi`]).
     pub rows_multi: RowsMultiFn,
+    /// The pairs-of-activations row kernel ([`matvec_pairs`]).
+    pub rows_pairs: RowsPairsFn,
+    /// The offset and absolute forms of a quantized vector, and its sum
+    /// ([`RegionsFn`]).
+    pub regions: RegionsFn,
+    /// What the first quantization of a pair leaves over ([`ResidualFn`]).
+    pub residual: ResidualFn,
+    /// Both quantizations of a pair ([`QuantizePairFn`]).
+    pub quantize_pair: QuantizePairFn,
     /// Whether [`I8Matrix::new`] makes the packed copy (the AVX-512
     /// kernels read it; the others read the rows in place).
     pub pack: bool,
@@ -384,6 +408,10 @@ pub(crate) const KERNELS: PerIsa<Int8Kernels> = {
         quantize: quantize_activation_ref,
         rows: matvec_rows_ref,
         rows_multi: matvec_rows_multi_ref,
+        rows_pairs: matvec_rows_pairs_ref,
+        regions: regions_ref,
+        residual: residual_ref,
+        quantize_pair: quantize_pair_ref,
         pack: false,
     });
     #[cfg(target_arch = "x86_64")]
@@ -392,12 +420,20 @@ pub(crate) const KERNELS: PerIsa<Int8Kernels> = {
             quantize: quantize_avx2,
             rows: matvec_rows_avx2,
             rows_multi: matvec_rows_multi_avx2,
+            rows_pairs: matvec_rows_pairs_avx2,
+            regions: regions_avx2,
+            residual: residual_avx2,
+            quantize_pair: quantize_pair_avx2,
             pack: false,
         })
         .avx512(Int8Kernels {
             quantize: quantize_avx512,
             rows: matvec_rows_vnni,
             rows_multi: matvec_rows_multi_vnni,
+            rows_pairs: matvec_rows_pairs_vnni,
+            regions: regions_avx512,
+            residual: residual_avx512,
+            quantize_pair: quantize_pair_avx512,
             pack: true,
         });
     k
@@ -441,6 +477,156 @@ pub fn quantize_activation_ref(x: &[f32], q: &mut [i8]) -> f32 {
 #[inline]
 fn quantize_one(v: f32, scale: f32) -> i8 {
     (v / scale).round().clamp(-127.0, 127.0) as i8
+}
+
+/// `offset[i] = q[i] + 128` as u8 and `abs[i] = |q[i]|` for the whole
+/// (padded) vector; returns `Σ q`. `q`'s length is a multiple of 64 and
+/// the outputs are as long.
+pub type RegionsFn = fn(q: &[i8], offset: &mut [u8], abs: &mut [u8]) -> i32;
+
+/// Check what every [`RegionsFn`] relies on.
+fn check_regions(q: &[i8], offset: &[u8], abs: &[u8]) {
+    assert!(
+        q.len().is_multiple_of(64) && offset.len() == q.len() && abs.len() == q.len(),
+        "int8 regions: {} values (a multiple of 64 wanted), outputs of {} and {}",
+        q.len(),
+        offset.len(),
+        abs.len()
+    );
+}
+
+/// The scalar twin of the regions kernels.
+pub fn regions_ref(q: &[i8], offset: &mut [u8], abs: &mut [u8]) -> i32 {
+    check_regions(q, offset, abs);
+    for ((&qi, ui), ai) in q.iter().zip(offset.iter_mut()).zip(abs.iter_mut()) {
+        *ui = (qi as u8) ^ 0x80;
+        *ai = qi.unsigned_abs();
+    }
+    q.iter().map(|&v| v as i32).sum()
+}
+
+#[cfg(target_arch = "x86_64")]
+fn regions_avx512(q: &[i8], offset: &mut [u8], abs: &mut [u8]) -> i32 {
+    check_regions(q, offset, abs);
+    // SAFETY: AVX-512 (see above); three slices of the same multiple of
+    // 64 bytes (checked).
+    unsafe { x86::regions_avx512(q, offset, abs) }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn regions_avx2(q: &[i8], offset: &mut [u8], abs: &mut [u8]) -> i32 {
+    check_regions(q, offset, abs);
+    // SAFETY: AVX2 (see above); three slices of the same multiple of 64
+    // bytes (checked).
+    unsafe { x86::regions_avx2(q, offset, abs) }
+}
+
+/// `rest[i] = x[i] - scale · q[i]` (a product, then a difference, each
+/// rounded: no fused multiply-add, so every set gives the same bits).
+pub type ResidualFn = fn(x: &[f32], q: &[i8], scale: f32, rest: &mut [f32]);
+
+fn check_residual(x: &[f32], q: &[i8], rest: &[f32]) {
+    assert!(
+        q.len() == x.len() && rest.len() == x.len(),
+        "int8 residual: {} values, {} quantized, {} outputs",
+        x.len(),
+        q.len(),
+        rest.len()
+    );
+}
+
+/// The scalar twin of the residual kernels.
+pub fn residual_ref(x: &[f32], q: &[i8], scale: f32, rest: &mut [f32]) {
+    check_residual(x, q, rest);
+    for ((r, &xv), &qv) in rest.iter_mut().zip(x).zip(q) {
+        *r = xv - scale * qv as f32;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn residual_avx512(x: &[f32], q: &[i8], scale: f32, rest: &mut [f32]) {
+    check_residual(x, q, rest);
+    // SAFETY: AVX-512 (see above); equal lengths (checked).
+    unsafe { x86::residual_avx512(x, q, scale, rest) }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn residual_avx2(x: &[f32], q: &[i8], scale: f32, rest: &mut [f32]) {
+    check_residual(x, q, rest);
+    // SAFETY: AVX2 (see above); equal lengths (checked).
+    unsafe { x86::residual_avx2(x, q, scale, rest) }
+}
+
+/// `x` quantized into `hi` and what that leaves over (`rest = x −
+/// s_hi·hi`, as [`ResidualFn`]) into `lo`, each as
+/// [`quantize_activation`]; returns `(s_hi, s_lo)`. All four slices have
+/// the same length.
+pub type QuantizePairFn =
+    fn(x: &[f32], hi: &mut [i8], lo: &mut [i8], rest: &mut [f32]) -> (f32, f32);
+
+fn check_pair(x: &[f32], hi: &[i8], lo: &[i8], rest: &[f32]) {
+    assert!(
+        hi.len() == x.len() && lo.len() == x.len() && rest.len() == x.len(),
+        "quantize_pair: {} values, outputs of {}, {} and {}",
+        x.len(),
+        hi.len(),
+        lo.len(),
+        rest.len()
+    );
+}
+
+/// The scalar twin of the pair quantizers: quantize, residual, quantize.
+pub fn quantize_pair_ref(x: &[f32], hi: &mut [i8], lo: &mut [i8], rest: &mut [f32]) -> (f32, f32) {
+    check_pair(x, hi, lo, rest);
+    let s_hi = quantize_activation_ref(x, hi);
+    residual_ref(x, hi, s_hi, rest);
+    (s_hi, quantize_activation_ref(rest, lo))
+}
+
+#[cfg(target_arch = "x86_64")]
+fn quantize_pair_avx2(x: &[f32], hi: &mut [i8], lo: &mut [i8], rest: &mut [f32]) -> (f32, f32) {
+    check_pair(x, hi, lo, rest);
+    let s_hi = quantize_avx2(x, hi);
+    residual_avx2(x, hi, s_hi, rest);
+    (s_hi, quantize_avx2(rest, lo))
+}
+
+#[cfg(target_arch = "x86_64")]
+fn quantize_pair_avx512(x: &[f32], hi: &mut [i8], lo: &mut [i8], rest: &mut [f32]) -> (f32, f32) {
+    check_pair(x, hi, lo, rest);
+    // SAFETY: AVX-512 (see above); equal lengths (checked).
+    unsafe { x86::quantize_pair_avx512(x, hi, lo, rest) }
+}
+
+/// `x` as a pair of int8 vectors, `x ≈ hi.scale·hi.q + lo.scale·lo.q`:
+/// `hi` the usual quantization of `x`, `lo` that of what it leaves over
+/// (`rest`, at least `x.len()` floats of scratch), with the selected
+/// kernels. About 15 bits per value from two exact integer products.
+pub fn quantize_pair(x: &[f32], hi: &mut I8Vector, lo: &mut I8Vector, rest: &mut [f32]) {
+    quantize_pair_with(&crate::selected().int8, x, hi, lo, rest)
+}
+
+/// [`quantize_pair`] with a given set's kernels (every set gives the same
+/// bytes, scales and sums).
+pub fn quantize_pair_with(
+    k: &Int8Kernels,
+    x: &[f32],
+    hi: &mut I8Vector,
+    lo: &mut I8Vector,
+    rest: &mut [f32],
+) {
+    let n = x.len();
+    assert!(
+        rest.len() >= n,
+        "quantize_pair: {} floats of scratch for {n} values",
+        rest.len(),
+    );
+    let ((qh, uh, ah), (ql, ul, al)) = (hi.regions_mut(n), lo.regions_mut(n));
+    let (s_hi, s_lo) = (k.quantize_pair)(x, &mut qh[..n], &mut ql[..n], &mut rest[..n]);
+    qh[n..].fill(0);
+    ql[n..].fill(0);
+    let (sum_hi, sum_lo) = ((k.regions)(qh, uh, ah), (k.regions)(ql, ul, al));
+    (hi.scale, hi.sum, lo.scale, lo.sum) = (s_hi, sum_hi, s_lo, sum_lo);
 }
 
 /// `y[i] = m.row(row0 + i) · x` for `i < y.len()`, as in the module docs.
@@ -615,14 +801,108 @@ fn matvec_rows_multi_vnni(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, ys: &
         return each_activation(matvec_rows_vnni, m, xs, row0, ys);
     };
     let n = check_multi(m, xs, row0, ys);
+    vnni_packed_multi(p, m, xs, row0, n, ys, false);
+}
+
+/// `ys[p][i] = m.row(row0 + i) · xs[2p] + m.row(row0 + i) · xs[2p + 1]`,
+/// each product scaled as in [`RowsFn`] and then the two added: pairs of
+/// activations ([`quantize_pair`]'s hi and lo halves) against one matrix,
+/// its weights read once for all of them where the kernel can. Every
+/// output equals the sum of the two single-activation kernels' outputs,
+/// bit for bit.
+pub type RowsPairsFn = fn(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, ys: &mut [&mut [f32]]);
+
+/// Check what every pairs kernel relies on; returns the row count.
+fn check_pairs(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, ys: &[&mut [f32]]) -> usize {
+    assert!(
+        !ys.is_empty() && xs.len() == 2 * ys.len(),
+        "int8 matvec_pairs: {} activations for {} outputs (two each)",
+        xs.len(),
+        ys.len()
+    );
+    let n = ys[0].len();
+    for (pair, y) in xs.chunks_exact(2).zip(ys) {
+        assert_eq!(
+            y.len(),
+            n,
+            "int8 matvec_pairs: outputs of different lengths"
+        );
+        check(m, pair[0], row0, y);
+        check(m, pair[1], row0, y);
+    }
+    n
+}
+
+/// A pairs kernel from a single-activation one: 64 rows at a time, both
+/// halves of each pair into scratch, then their sum.
+fn each_pair(
+    single: RowsFn,
+    m: &I8Matrix<'_>,
+    xs: &[&I8Vector],
+    row0: usize,
+    ys: &mut [&mut [f32]],
+) {
+    let n = check_pairs(m, xs, row0, ys);
+    let (mut a, mut b) = ([0.0f32; 64], [0.0f32; 64]);
+    for i0 in (0..n).step_by(64) {
+        let i1 = (i0 + 64).min(n);
+        let (a, b) = (&mut a[..i1 - i0], &mut b[..i1 - i0]);
+        for (pair, y) in xs.chunks_exact(2).zip(ys.iter_mut()) {
+            single(m, pair[0], row0 + i0, a);
+            single(m, pair[1], row0 + i0, b);
+            for ((o, &u), &v) in y[i0..i1].iter_mut().zip(&*a).zip(&*b) {
+                *o = u + v;
+            }
+        }
+    }
+}
+
+/// The scalar twin of the pairs kernels: [`matvec_rows_ref`] per
+/// activation, each pair's two outputs added.
+pub fn matvec_rows_pairs_ref(
+    m: &I8Matrix<'_>,
+    xs: &[&I8Vector],
+    row0: usize,
+    ys: &mut [&mut [f32]],
+) {
+    each_pair(matvec_rows_ref, m, xs, row0, ys)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn matvec_rows_pairs_avx2(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, ys: &mut [&mut [f32]]) {
+    each_pair(matvec_rows_avx2, m, xs, row0, ys)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn matvec_rows_pairs_vnni(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, ys: &mut [&mut [f32]]) {
+    let Some(p) = &m.packed else {
+        return each_pair(matvec_rows_vnni, m, xs, row0, ys);
+    };
+    let n = check_pairs(m, xs, row0, ys);
+    vnni_packed_multi(p, m, xs, row0, n, ys, true);
+}
+
+/// Runs of the packed multi kernel over `xs`, [`x86::MULTI_ACTS`] at a
+/// time (a whole number of pairs when `pairs`).
+#[cfg(target_arch = "x86_64")]
+fn vnni_packed_multi(
+    p: &[Line],
+    m: &I8Matrix<'_>,
+    xs: &[&I8Vector],
+    row0: usize,
+    n: usize,
+    ys: &mut [&mut [f32]],
+    pairs: bool,
+) {
     let mut acts = [x86::PackedAct {
         q: &[],
         sum: 0,
         scale: 0.0,
     }; x86::MULTI_ACTS];
+    let per_out = if pairs { 2 } else { 1 };
     for (xc, yc) in xs
         .chunks(x86::MULTI_ACTS)
-        .zip(ys.chunks_mut(x86::MULTI_ACTS))
+        .zip(ys.chunks_mut(x86::MULTI_ACTS / per_out))
     {
         for (a, x) in acts.iter_mut().zip(xc) {
             *a = x86::PackedAct {
@@ -632,9 +912,11 @@ fn matvec_rows_multi_vnni(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, ys: &
             };
         }
         // SAFETY: as in `matvec_rows_vnni` for each activation: the packed
-        // blocks cover the `n` rows from `row0` that `check_multi` checked,
+        // blocks cover the `n` rows from `row0` that the caller checked,
         // each activation is zero-padded to whole 64-byte lines, and each
-        // output holds `n` floats.
+        // output holds `n` floats (one per activation, or per pair of
+        // them when `pairs`: chunks of MULTI_ACTS, an even number, keep
+        // pairs whole).
         unsafe {
             x86::rows_vnni_packed_multi(
                 bytemuck::cast_slice(p),
@@ -644,6 +926,7 @@ fn matvec_rows_multi_vnni(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, ys: &
                 row0,
                 n,
                 yc,
+                pairs,
             )
         };
     }
@@ -676,10 +959,55 @@ pub fn matvec_multi_with(
     xs: &[&I8Vector],
     ys: &mut [f32],
 ) {
-    let (k, rows) = (xs.len(), m.rows);
+    let k = xs.len();
     assert!(
         k <= MAX_MULTI,
         "int8 matvec_multi: {k} activations, at most {MAX_MULTI}"
+    );
+    split_rows(pool, m, k, ys, |row0, parts| kernel(m, xs, row0, parts));
+}
+
+/// `ys = (m·xs[0] + m·xs[1], m·xs[2] + m·xs[3], …)`: `ys[p·rows..(p +
+/// 1)·rows]` the sum of pair `p`'s two products, each product and the sum
+/// bit-identical to [`matvec`]'s outputs added, the weights read once for
+/// several pairs. For [`quantize_pair`]'s halves. At most [`MAX_MULTI`]
+/// activations (an even number); rows split over the pool as [`matvec`]
+/// splits them.
+pub fn matvec_pairs(pool: &ThreadPool, m: &I8Matrix<'_>, xs: &[&I8Vector], ys: &mut [f32]) {
+    matvec_pairs_with(pool, m.kernels.rows_pairs, m, xs, ys)
+}
+
+/// [`matvec_pairs`] with a given kernel (a set's [`Int8Kernels::rows_pairs`]).
+pub fn matvec_pairs_with(
+    pool: &ThreadPool,
+    kernel: RowsPairsFn,
+    m: &I8Matrix<'_>,
+    xs: &[&I8Vector],
+    ys: &mut [f32],
+) {
+    let k = xs.len();
+    assert!(
+        k <= MAX_MULTI && k.is_multiple_of(2),
+        "int8 matvec_pairs: {k} activations, an even number up to {MAX_MULTI} wanted"
+    );
+    split_rows(pool, m, k / 2, ys, |row0, parts| kernel(m, xs, row0, parts));
+}
+
+/// Run `kernel(row0, outputs)` over the rows of `m` for `k` outputs of
+/// `m.rows` each (`ys`, `(k, rows)`): on the calling thread for small
+/// matrices ([`PARALLEL_FROM`]) or a one-thread pool, else in chunks of
+/// whole 16-row blocks over the pool.
+fn split_rows(
+    pool: &ThreadPool,
+    m: &I8Matrix<'_>,
+    k: usize,
+    ys: &mut [f32],
+    kernel: impl Fn(usize, &mut [&mut [f32]]) + Sync,
+) {
+    let rows = m.rows;
+    assert!(
+        k <= MAX_MULTI,
+        "int8 matvec: {k} outputs, at most {MAX_MULTI}"
     );
     assert_eq!(
         ys.len(),
@@ -696,7 +1024,7 @@ pub fn matvec_multi_with(
         for (p, y) in parts.iter_mut().zip(ys.chunks_exact_mut(rows)) {
             *p = y;
         }
-        return kernel(m, xs, 0, &mut parts[..k]);
+        return kernel(0, &mut parts[..k]);
     }
     let chunk = rows.div_ceil(4 * n).next_multiple_of(PACK_ROWS);
     let out = SharedOut(ys.as_mut_ptr());
@@ -706,17 +1034,17 @@ pub fn matvec_multi_with(
         for (a, p) in parts.iter_mut().take(k).enumerate() {
             // SAFETY: `ys` holds k·rows floats (checked above), is
             // exclusively borrowed for this call and outlives the pool run;
-            // this slice is rows `r` of activation `a`, and the chunks' row
+            // this slice is rows `r` of output `a`, and the chunks' row
             // ranges are disjoint, so no two live slices overlap.
             *p = unsafe {
                 std::slice::from_raw_parts_mut(out.get().add(a * rows + r.start), r.len())
             };
         }
-        kernel(m, xs, r.start, &mut parts[..k]);
+        kernel(r.start, &mut parts[..k]);
     });
 }
 
-/// The output pointer of [`matvec_multi_with`], shared with the pool's
+/// The output pointer of [`split_rows`], shared with the pool's
 /// threads, which write disjoint row ranges of it.
 struct SharedOut(*mut f32);
 
@@ -727,7 +1055,7 @@ impl SharedOut {
     }
 }
 
-// SAFETY: see `matvec_multi_with`: each element is written through exactly
+// SAFETY: see `split_rows`: each element is written through exactly
 // one slice, and nothing else reads or writes `ys` during the run.
 unsafe impl Sync for SharedOut {}
 

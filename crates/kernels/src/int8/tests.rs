@@ -60,6 +60,23 @@ fn quantizers_match_reference_bit_for_bit() {
     cases.push((0..200).map(|i| i as f32 * 0.5 - 50.0).collect());
     cases.push(vec![1e-40, -3e-40, 2e-41]); // subnormal scale
     for x in &cases {
+        // The pair quantizers agree on every case too.
+        let n = x.len();
+        let (mut wh, mut wl, mut wr) = (vec![0i8; n], vec![0i8; n], vec![0.0f32; n]);
+        let ws2 = quantize_pair_ref(x, &mut wh, &mut wl, &mut wr);
+        for isa in Isa::supported() {
+            let (mut h, mut l, mut r) = (vec![9i8; n], vec![9i8; n], vec![f32::NAN; n]);
+            let s2 = (kernels(isa).quantize_pair)(x, &mut h, &mut l, &mut r);
+            assert_eq!(
+                (s2.0.to_bits(), s2.1.to_bits()),
+                (ws2.0.to_bits(), ws2.1.to_bits())
+            );
+            assert_eq!(
+                (&h, &l, bits(&r)),
+                (&wh, &wl, bits(&wr)),
+                "{isa:?} pair n={n}"
+            );
+        }
         let mut want = vec![0i8; x.len()];
         let ws = quantize_activation_ref(x, &mut want);
         let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -442,4 +459,209 @@ fn multi_with_too_many_activations_panics() {
     let xs: Vec<&I8Vector> = acts.iter().collect();
     let mut ys = vec![0.0; 3 * xs.len()];
     matvec_multi(&ThreadPool::new(1), &m, &xs, &mut ys);
+}
+
+#[test]
+fn regions_match_scalar_twin() {
+    let mut r = rng(20);
+    for lines in [1, 2, 3, 7] {
+        let n = 64 * lines;
+        let mut q: Vec<i8> = (0..n).map(|_| r.gen_range(-127..=127)).collect();
+        q[0] = 127;
+        q[n - 1] = -127;
+        let (mut wu, mut wa) = (vec![0u8; n], vec![0u8; n]);
+        let want = regions_ref(&q, &mut wu, &mut wa);
+        assert_eq!(want, q.iter().map(|&v| v as i32).sum::<i32>());
+        assert_eq!(wu[0], 255);
+        assert_eq!(wa[n - 1], 127);
+        for isa in Isa::supported() {
+            let (mut u, mut a) = (vec![7u8; n], vec![7u8; n]);
+            let sum = (kernels(isa).regions)(&q, &mut u, &mut a);
+            assert_eq!((sum, &u, &a), (want, &wu, &wa), "{isa:?} {n} bytes");
+        }
+    }
+    // All at the limits: the largest sums either way.
+    for v in [127i8, -127] {
+        let q = vec![v; 64 * 9];
+        for isa in Isa::supported() {
+            let (mut u, mut a) = (vec![0u8; q.len()], vec![0u8; q.len()]);
+            let sum = (kernels(isa).regions)(&q, &mut u, &mut a);
+            assert_eq!(sum, v as i32 * q.len() as i32, "{isa:?} all {v}");
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "a multiple of 64 wanted")]
+fn regions_of_a_partial_line_panic() {
+    let q = vec![0i8; 65];
+    regions_ref(&q, &mut [0u8; 65], &mut [0u8; 65]);
+}
+
+#[test]
+fn residuals_match_scalar_twin_bit_for_bit() {
+    let mut r = rng(21);
+    for n in [0, 1, 7, 8, 9, 15, 16, 17, 33, 144, 145, 396, 1031] {
+        let x = weights(&mut r, n);
+        let mut q = vec![0i8; n];
+        let s = quantize_activation_ref(&x, &mut q);
+        let mut want = vec![0.0f32; n];
+        residual_ref(&x, &q, s, &mut want);
+        for (&w, &v) in want.iter().zip(&x) {
+            assert!(w.abs() <= 0.5001 * s || s == 0.0, "{v}: residual {w}");
+        }
+        for isa in Isa::supported() {
+            let mut got = vec![f32::NAN; n];
+            (kernels(isa).residual)(&x, &q, s, &mut got);
+            assert_eq!(bits(&got), bits(&want), "{isa:?} n={n}");
+        }
+    }
+}
+
+#[test]
+fn quantized_pairs_are_the_same_from_every_set() {
+    let mut r = rng(22);
+    for n in [1, 7, 31, 64, 65, 144, 145, 396, 1000] {
+        let mut cases = vec![weights(&mut r, n), vec![0.0; n]];
+        cases.extend(extreme_rows(n));
+        for x in &cases {
+            // The reference: the two quantizations, one after the other.
+            let (mut wh, mut wl) = (vec![0i8; n], vec![0i8; n]);
+            let sh = quantize_activation_ref(x, &mut wh);
+            let rest: Vec<f32> = x
+                .iter()
+                .zip(&wh)
+                .map(|(&v, &q)| v - sh * q as f32)
+                .collect();
+            let sl = quantize_activation_ref(&rest, &mut wl);
+            for isa in Isa::supported() {
+                let k = kernels(isa);
+                let (mut hi, mut lo) = (I8Vector::new(), I8Vector::new());
+                let mut scratch = vec![f32::NAN; n + 3];
+                quantize_pair_with(&k, x, &mut hi, &mut lo, &mut scratch);
+                let what = format!("{isa:?} n={n}");
+                assert_eq!(
+                    (hi.scale().to_bits(), hi.q()),
+                    (sh.to_bits(), &wh[..]),
+                    "{what}"
+                );
+                assert_eq!(
+                    (lo.scale().to_bits(), lo.q()),
+                    (sl.to_bits(), &wl[..]),
+                    "{what}"
+                );
+                assert_eq!(lo.sum, wl.iter().map(|&v| v as i32).sum::<i32>(), "{what}");
+                assert_eq!(bits(&scratch[..n]), bits(&rest), "{what}: residual");
+                assert!(scratch[n..].iter().all(|v| v.is_nan()), "{what}: past n");
+                // hi + lo is closer to x than hi alone, by about 2⁷.
+                if sh > 0.0 && sh.is_normal() {
+                    for ((&v, &a), &b) in x.iter().zip(&wh).zip(&wl) {
+                        let err = (v - (sh * a as f32 + sl * b as f32)).abs();
+                        assert!(err <= sh / 200.0, "{what}: {v} off by {err}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `k` pairs of activations (hi, lo, hi, lo, …) of `cols` elements.
+fn pairs_of(cols: usize, k: usize, seed: u64) -> Vec<I8Vector> {
+    let mut r = rng(seed);
+    let mut out = Vec::new();
+    for i in 0..k {
+        let x = match i % 3 {
+            2 => vec![0.0; cols],
+            _ => weights(&mut r, cols),
+        };
+        let (mut hi, mut lo) = (I8Vector::new(), I8Vector::new());
+        let mut rest = vec![0.0; cols];
+        quantize_pair_with(&kernels(Isa::Scalar), &x, &mut hi, &mut lo, &mut rest);
+        out.extend([hi, lo]);
+    }
+    out
+}
+
+/// The scalar twin per activation, each pair's outputs added: `(k, rows)`.
+fn pair_sums(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, n: usize) -> Vec<f32> {
+    let mut want = Vec::new();
+    for pair in xs.chunks_exact(2) {
+        let (mut a, mut b) = (vec![0.0; n], vec![0.0; n]);
+        matvec_rows_ref(m, pair[0], row0, &mut a);
+        matvec_rows_ref(m, pair[1], row0, &mut b);
+        want.extend(a.iter().zip(&b).map(|(u, v)| u + v));
+    }
+    want
+}
+
+#[test]
+fn pairs_kernels_equal_added_single_runs_bit_for_bit() {
+    for (ci, &cols) in [1, 7, 33, 64, 145, 396, 1031].iter().enumerate() {
+        for (ri, &rows) in [1, 5, 16, 17, 70, 130].iter().enumerate() {
+            let case = Case::random(rows, cols, (ci * 100 + ri) as u64 + 9000);
+            for k in [1, 2, 3, 4, 8] {
+                let acts = pairs_of(cols, k, (ci * 1000 + ri * 10 + k) as u64);
+                let xs: Vec<&I8Vector> = acts.iter().collect();
+                let want = pair_sums(&case.matrix(), &xs, 0, rows);
+                let (mut packed, mut rowwise) = (case.matrix(), case.matrix());
+                packed.pack();
+                rowwise.unpack();
+                for isa in Isa::supported() {
+                    let kernel = kernels(isa).rows_pairs;
+                    for m in [&packed, &rowwise] {
+                        let what = format!("{isa:?} {rows}x{cols} k={k} packed={}", m.is_packed());
+                        let mut ys = vec![f32::NAN; rows * k];
+                        kernel(m, &xs, 0, &mut parts(&mut ys, rows));
+                        assert_eq!(bits(&ys), bits(&want), "{what}");
+                        for row0 in [1, rows / 2, rows - 1] {
+                            if row0 == 0 || row0 >= rows {
+                                continue;
+                            }
+                            for end in [row0 + 1, rows] {
+                                let n = end - row0;
+                                let mut ys = vec![f32::NAN; n * k];
+                                kernel(m, &xs, row0, &mut parts(&mut ys, n));
+                                for (p, y) in ys.chunks_exact(n).enumerate() {
+                                    let w = &want[p * rows + row0..p * rows + end];
+                                    assert_eq!(bits(y), bits(w), "{what} rows {row0}..{end}");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matvec_pairs_splits_rows_over_threads_identically() {
+    let case = Case::random(4097, 144, 23);
+    let m = case.matrix();
+    for k in [1, 3, MAX_MULTI / 2] {
+        let acts = pairs_of(144, k, 24);
+        let xs: Vec<&I8Vector> = acts.iter().collect();
+        let want = pair_sums(&m, &xs, 0, case.rows);
+        for t in 1..=3 {
+            let pool = ThreadPool::new(t);
+            for isa in Isa::supported() {
+                let mut ys = vec![f32::NAN; want.len()];
+                matvec_pairs_with(&pool, kernels(isa).rows_pairs, &m, &xs, &mut ys);
+                assert_eq!(bits(&ys), bits(&want), "{isa:?} threads={t} k={k}");
+            }
+            let mut ys = vec![f32::NAN; want.len()];
+            matvec_pairs(&pool, &m, &xs, &mut ys);
+            assert_eq!(bits(&ys), bits(&want), "selected, threads={t} k={k}");
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "an even number")]
+fn pairs_with_half_a_pair_panic() {
+    let case = Case::random(3, 72, 25);
+    let acts = pairs_of(72, 2, 26);
+    let xs: Vec<&I8Vector> = acts.iter().take(3).collect();
+    let mut ys = vec![0.0; 3];
+    matvec_pairs(&ThreadPool::new(1), &case.matrix(), &xs, &mut ys);
 }

@@ -126,6 +126,195 @@ pub(super) unsafe fn quantize_avx2(x: &[f32], q: &mut [i8]) -> f32 {
     scale
 }
 
+// --- the regions of a quantized vector, and the residual of a pair ---------------
+
+/// `offset = q ^ 0x80`, `abs = |q|` and `Σ q`, 64 bytes per step. The sum
+/// comes from the offset bytes (`vpsadbw` adds unsigned bytes exactly):
+/// `Σ q = Σ (q + 128) − 128·len`.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW; the three slices have the same
+/// length, a multiple of 64.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+pub(super) unsafe fn regions_avx512(q: &[i8], offset: &mut [u8], abs: &mut [u8]) -> i32 {
+    debug_assert!(q.len().is_multiple_of(64) && offset.len() == q.len() && abs.len() == q.len());
+    let flip = _mm512_set1_epi8(i8::MIN);
+    let mut sums = _mm512_setzero_si512();
+    for i in (0..q.len()).step_by(64) {
+        // SAFETY: i + 64 <= len of all three slices.
+        unsafe {
+            let v = _mm512_loadu_si512(q.as_ptr().add(i).cast());
+            let u = _mm512_xor_si512(v, flip);
+            _mm512_storeu_si512(offset.as_mut_ptr().add(i).cast(), u);
+            _mm512_storeu_si512(abs.as_mut_ptr().add(i).cast(), _mm512_abs_epi8(v));
+            sums = _mm512_add_epi64(sums, _mm512_sad_epu8(u, _mm512_setzero_si512()));
+        }
+    }
+    // At most 255·len, far inside i64; the result fits i32 (|Σ q| ≤ 127·len).
+    (_mm512_reduce_add_epi64(sums) - 128 * q.len() as i64) as i32
+}
+
+/// [`regions_avx512`] with 32-byte steps.
+///
+/// # Safety
+/// The CPU must support AVX2; the three slices have the same length, a
+/// multiple of 64.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn regions_avx2(q: &[i8], offset: &mut [u8], abs: &mut [u8]) -> i32 {
+    debug_assert!(q.len().is_multiple_of(64) && offset.len() == q.len() && abs.len() == q.len());
+    let flip = _mm256_set1_epi8(i8::MIN);
+    let mut sums = _mm256_setzero_si256();
+    for i in (0..q.len()).step_by(32) {
+        // SAFETY: i + 32 <= len of all three slices (a multiple of 64).
+        unsafe {
+            let v = _mm256_loadu_si256(q.as_ptr().add(i).cast());
+            let u = _mm256_xor_si256(v, flip);
+            _mm256_storeu_si256(offset.as_mut_ptr().add(i).cast(), u);
+            _mm256_storeu_si256(abs.as_mut_ptr().add(i).cast(), _mm256_abs_epi8(v));
+            sums = _mm256_add_epi64(sums, _mm256_sad_epu8(u, _mm256_setzero_si256()));
+        }
+    }
+    let mut lanes = [0i64; 4];
+    // SAFETY: `lanes` holds four i64.
+    unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), sums) };
+    (lanes.iter().sum::<i64>() - 128 * q.len() as i64) as i32
+}
+
+/// `rest = x − scale·q`, sixteen at a time: the product and the difference
+/// rounded separately, as the scalar twin does them.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW; `x`, `q` and `rest` have equal
+/// lengths.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+pub(super) unsafe fn residual_avx512(x: &[f32], q: &[i8], scale: f32, rest: &mut [f32]) {
+    debug_assert!(q.len() == x.len() && rest.len() == x.len());
+    let n = x.len();
+    let s = _mm512_set1_ps(scale);
+    let mut i = 0;
+    while i < n {
+        let left = n - i;
+        let k: __mmask16 = if left >= 16 { !0 } else { (1u16 << left) - 1 };
+        // SAFETY: lanes past `n` are masked off (not read or written).
+        unsafe {
+            let qv = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, q.as_ptr().add(i)));
+            let xv = _mm512_maskz_loadu_ps(k, x.as_ptr().add(i));
+            let r = _mm512_sub_ps(xv, _mm512_mul_ps(s, _mm512_cvtepi32_ps(qv)));
+            _mm512_mask_storeu_ps(rest.as_mut_ptr().add(i), k, r);
+        }
+        i += 16;
+    }
+}
+
+/// [`residual_avx512`] eight at a time, the tail by the scalar formula.
+///
+/// # Safety
+/// The CPU must support AVX2; `x`, `q` and `rest` have equal lengths.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn residual_avx2(x: &[f32], q: &[i8], scale: f32, rest: &mut [f32]) {
+    debug_assert!(q.len() == x.len() && rest.len() == x.len());
+    let n = x.len();
+    let full = n / 8 * 8;
+    let s = _mm256_set1_ps(scale);
+    for i in (0..full).step_by(8) {
+        // SAFETY: i + 8 <= full <= n for the 8-byte, and the two 8-float,
+        // accesses.
+        unsafe {
+            let qv = _mm256_cvtepi8_epi32(_mm_loadl_epi64(q.as_ptr().add(i).cast()));
+            let xv = _mm256_loadu_ps(x.as_ptr().add(i));
+            let r = _mm256_sub_ps(xv, _mm256_mul_ps(s, _mm256_cvtepi32_ps(qv)));
+            _mm256_storeu_ps(rest.as_mut_ptr().add(i), r);
+        }
+    }
+    for ((r, &xv), &qv) in rest[full..].iter_mut().zip(&x[full..]).zip(&q[full..]) {
+        *r = xv - scale * qv as f32;
+    }
+}
+
+/// [`quantize_avx512`] of `x` into `hi`, and of what it leaves over
+/// (`rest = x − s_hi·hi`, kept in `rest`) into `lo`, in three passes
+/// instead of five: the residual and its maximum come out of the pass
+/// that rounds `hi`. Returns `(s_hi, s_lo)`. The same bits as the
+/// quantizer, residual and quantizer run one after the other.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL/DQ; `x`, `hi`, `lo` and `rest`
+/// have equal lengths.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+pub(super) unsafe fn quantize_pair_avx512(
+    x: &[f32],
+    hi: &mut [i8],
+    lo: &mut [i8],
+    rest: &mut [f32],
+) -> (f32, f32) {
+    debug_assert!(hi.len() == x.len() && lo.len() == x.len() && rest.len() == x.len());
+    let n = x.len();
+    let mask = |i: usize| -> __mmask16 {
+        let left = n - i;
+        if left >= 16 {
+            !0
+        } else {
+            (1u16 << left) - 1
+        }
+    };
+    let (lim_lo, lim_hi) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
+    // round(v / s) clamped to ±127, as `quantize_avx512` computes it.
+    let quantize = |v: __m512, s: __m512| {
+        _mm512_cvtps_epi32(_mm512_min_ps(
+            _mm512_max_ps(round_away_512(_mm512_div_ps(v, s)), lim_lo),
+            lim_hi,
+        ))
+    };
+    let mut m = _mm512_setzero_ps();
+    let mut i = 0;
+    while i < n {
+        // SAFETY: lanes past `n` are masked off (not read); `i < n`.
+        let v = unsafe { _mm512_maskz_loadu_ps(mask(i), x.as_ptr().add(i)) };
+        m = _mm512_max_ps(m, _mm512_abs_ps(v));
+        i += 16;
+    }
+    let s_hi = _mm512_reduce_max_ps(m) / 127.0;
+    let vs = _mm512_set1_ps(s_hi);
+    let mut mr = _mm512_setzero_ps();
+    let mut i = 0;
+    while i < n {
+        let k = mask(i);
+        // SAFETY: as above; the stores write only unmasked lanes, all
+        // below `n`, the length of every slice.
+        unsafe {
+            let v = _mm512_maskz_loadu_ps(k, x.as_ptr().add(i));
+            let q = if s_hi == 0.0 {
+                _mm512_setzero_si512()
+            } else {
+                quantize(v, vs)
+            };
+            _mm512_mask_cvtepi32_storeu_epi8(hi.as_mut_ptr().add(i).cast(), k, q);
+            let r = _mm512_sub_ps(v, _mm512_mul_ps(vs, _mm512_cvtepi32_ps(q)));
+            _mm512_mask_storeu_ps(rest.as_mut_ptr().add(i), k, r);
+            // Masked-off lanes of `r` are 0 − 0·0 = 0: no effect on the max.
+            mr = _mm512_max_ps(mr, _mm512_abs_ps(r));
+        }
+        i += 16;
+    }
+    let s_lo = _mm512_reduce_max_ps(mr) / 127.0;
+    if s_lo == 0.0 {
+        lo.fill(0);
+        return (s_hi, 0.0);
+    }
+    let vs = _mm512_set1_ps(s_lo);
+    let mut i = 0;
+    while i < n {
+        let k = mask(i);
+        // SAFETY: as above.
+        unsafe {
+            let r = _mm512_maskz_loadu_ps(k, rest.as_ptr().add(i));
+            _mm512_mask_cvtepi32_storeu_epi8(lo.as_mut_ptr().add(i).cast(), k, quantize(r, vs));
+        }
+        i += 16;
+    }
+    (s_hi, s_lo)
+}
+
 // --- shared parts of the row kernels -------------------------------------------
 
 /// Rows per step.
@@ -620,15 +809,18 @@ macro_rules! dot_acts {
 /// once per [`MULTI_ACTS`] activations: `ys[a][i] = Σ_c w[row0+i][c] ·
 /// xs[a].q[c]` scaled, for `i < n`. Each output is computed exactly as
 /// [`rows_vnni_packed`] computes it (same integer sum, same two float
-/// products).
+/// products). With `pairs`, activations `2p` and `2p + 1` make output
+/// `p`: the two scaled products added (`ys` has one output per pair).
 ///
 /// # Safety
 /// As [`rows_vnni_packed`] for the `n` rows from `row0` and every
 /// activation (`q` at least `cols` rounded up to 4 bytes, zero past
-/// `cols`; `sum` = Σ q). `ys` has one output per activation, each at
-/// least `n` long.
+/// `cols`; `sum` = Σ q). `ys` has one output per activation (per pair
+/// when `pairs`, and then `xs` holds whole pairs), each at least `n`
+/// long.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
+// `j` indexes the block of every activation's sums (`acc[a][j]`).
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 pub(super) unsafe fn rows_vnni_packed_multi(
     packed: &[u8],
     cols: usize,
@@ -637,12 +829,18 @@ pub(super) unsafe fn rows_vnni_packed_multi(
     row0: usize,
     n: usize,
     ys: &mut [&mut [f32]],
+    pairs: bool,
 ) {
     let k = xs.len();
     if k == 0 || n == 0 {
         return;
     }
-    assert!(ys.len() >= k && ys.iter().all(|y| y.len() >= n));
+    let per_out = if pairs { 2 } else { 1 };
+    assert!(
+        k.is_multiple_of(per_out),
+        "rows_vnni_packed_multi: half a pair"
+    );
+    assert!(ys.len() >= k / per_out && ys.iter().all(|y| y.len() >= n));
     let groups = cols.div_ceil(4);
     let bb = groups * 64;
     debug_assert!(xs.iter().all(|x| x.q.len() >= groups * 4));
@@ -671,34 +869,43 @@ pub(super) unsafe fn rows_vnni_packed_multi(
                     _ => dot_acts!([at(0), at(1), at(2), at(3)], na, x, groups),
                 }
             };
-            for (a, (acc_a, act)) in acc.iter().zip(&xs[a0..a0 + na]).enumerate() {
-                let corr = _mm512_set1_epi32(act.sum.wrapping_mul(128));
-                let vsx = _mm512_set1_ps(act.scale);
-                let y = &mut *ys[a0 + a];
-                for (j, &s) in acc_a.iter().enumerate().take(nb) {
-                    // As in `rows_vnni_packed`.
+            for o in 0..na / per_out {
+                let y = &mut *ys[a0 / per_out + o];
+                for j in 0..nb {
+                    // As in `rows_vnni_packed`: rows r0..r0+16 of this
+                    // block, those in row0..row0+n kept.
                     let r0 = 16 * (b + j);
                     let (lo, hi) = (r0.max(row0), (r0 + 16).min(row0 + n));
-                    let s = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, corr));
-                    if lo == r0 && hi == r0 + 16 {
-                        let y = &mut y[r0 - row0..r0 - row0 + 16];
+                    let whole = lo == r0 && hi == r0 + 16;
+                    let mut sc_part = [0.0f32; 16];
+                    let sc = if whole {
                         // SAFETY: rows r0..r0+16 are inside `scales` (all
-                        // below row0 + n) and `y` holds those 16 floats.
-                        unsafe {
-                            let sc = _mm512_loadu_ps(scales.as_ptr().add(r0));
-                            let v = _mm512_mul_ps(s, _mm512_mul_ps(sc, vsx));
-                            _mm512_storeu_ps(y.as_mut_ptr(), v);
-                        }
+                        // below row0 + n).
+                        unsafe { _mm512_loadu_ps(scales.as_ptr().add(r0)) }
                     } else {
-                        let mut sc = [0.0f32; 16];
-                        sc[lo - r0..hi - r0].copy_from_slice(&scales[lo..hi]);
+                        sc_part[lo - r0..hi - r0].copy_from_slice(&scales[lo..hi]);
+                        // SAFETY: the array holds 16 floats.
+                        unsafe { _mm512_loadu_ps(sc_part.as_ptr()) }
+                    };
+                    let scaled = |a: usize| {
+                        let act = &xs[a0 + a];
+                        let corr = _mm512_set1_epi32(act.sum.wrapping_mul(128));
+                        let s = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[a][j], corr));
+                        _mm512_mul_ps(s, _mm512_mul_ps(sc, _mm512_set1_ps(act.scale)))
+                    };
+                    let v = if pairs {
+                        _mm512_add_ps(scaled(2 * o), scaled(2 * o + 1))
+                    } else {
+                        scaled(o)
+                    };
+                    if whole {
+                        let y = &mut y[r0 - row0..r0 - row0 + 16];
+                        // SAFETY: `y` holds those 16 floats.
+                        unsafe { _mm512_storeu_ps(y.as_mut_ptr(), v) };
+                    } else {
                         let mut t = [0.0f32; 16];
-                        // SAFETY: both arrays hold 16 floats.
-                        unsafe {
-                            let v =
-                                _mm512_mul_ps(s, _mm512_mul_ps(_mm512_loadu_ps(sc.as_ptr()), vsx));
-                            _mm512_storeu_ps(t.as_mut_ptr(), v);
-                        }
+                        // SAFETY: the array holds 16 floats.
+                        unsafe { _mm512_storeu_ps(t.as_mut_ptr(), v) };
                         y[lo - row0..hi - row0].copy_from_slice(&t[lo - r0..hi - r0]);
                     }
                 }

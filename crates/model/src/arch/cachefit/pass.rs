@@ -247,8 +247,13 @@ impl Pass for State<'_> {
         if head {
             out.n_logits = out.rows.len() * v;
         }
-        for lane in &self.lanes[..if mid.is_some() { LANES } else { 1 }] {
-            if head {
+        for lane in &mut self.lanes[..if mid.is_some() { LANES } else { 1 }] {
+            // One lane ran every row, in order: hand its buffer over
+            // instead of copying vocab floats a row (the lane's next call
+            // overwrites what it gets back).
+            if head && mid.is_none() && lane.logits.len() == out.logits.len() {
+                std::mem::swap(&mut lane.logits, &mut out.logits);
+            } else if head {
                 for (k, &row) in lane.out.iter().enumerate() {
                     let dst = &mut out.logits[row * v..(row + 1) * v];
                     dst.copy_from_slice(&lane.logits[k * v..(k + 1) * v]);
@@ -340,10 +345,7 @@ impl Lane {
             heads: vec![0.0; nb * q_dim],
             proj: vec![0.0; nb * d],
             scores: vec![0.0; cfg.n_heads / cfg.n_kv_heads * vecops::scores_len(n_ctx)],
-            xq: Activations::with_capacity(
-                wide.max(q_dim),
-                wide.max(q_dim + 2 * kv_dim).max(cfg.vocab_size),
-            ),
+            xq: Activations::with_capacity(wide.max(q_dim)),
             scratch: MatmulScratch::new(),
             serial: ThreadPool::new(1),
             toks: Vec::with_capacity(nb),
@@ -393,7 +395,7 @@ impl Lane {
                 .chunks_exact_mut(d)
                 .zip(self.x.chunks_exact(d))
             {
-                ops::rmsnorm(o, xt, &block.attn_norm, eps);
+                rmsnorm(o, xt, &block.attn_norm, eps);
             }
             match &block.mixer {
                 Mixer::Conv { gate, taps, out } => {
@@ -538,7 +540,7 @@ impl Lane {
         let (n, d, ff) = (self.tokens.len(), cfg.dim, cfg.ffn_dim);
         let (x, h) = (&mut self.x[..n * d], &mut self.h[..n * d]);
         for (o, xt) in h.chunks_exact_mut(d).zip(x.chunks_exact(d)) {
-            ops::rmsnorm(o, xt, &block.ffn_norm, cfg.norm_eps);
+            rmsnorm(o, xt, &block.ffn_norm, cfg.norm_eps);
         }
         let (g, up) = (&mut self.g[..n * ff], &mut self.up[..n * ff]);
         let parts = h.chunks(TOKENS_PER_PASS * d);
@@ -580,7 +582,7 @@ impl Lane {
             };
             let k = self.out.len();
             let (hk, xi) = (&mut self.h[k * d..(k + 1) * d], &self.x[i * d..(i + 1) * d]);
-            ops::rmsnorm(hk, xi, &w.output_norm, ctx.cfg.norm_eps);
+            rmsnorm(hk, xi, &w.output_norm, ctx.cfg.norm_eps);
             self.out.push(row);
         }
         // The rows through the embedding (the largest matrix) several per
@@ -601,6 +603,43 @@ impl Lane {
                 vecops::softcap(lt, w.softcap);
             }
         }
+    }
+}
+
+/// `out = x / sqrt(mean(x²) + eps) · weight`, as [`ops::rmsnorm`] but with
+/// the f64 sum of squares over eight accumulators: `ops` adds 144 squares
+/// in one dependent chain (~500 cycles, 13 times a token). An f64 sum of
+/// f32 squares is exact here in any order unless the terms span more than
+/// ~29 binary orders, and even then differs only in bits far below the f32
+/// the mean is rounded to, so the outputs are `ops::rmsnorm`'s
+/// (`rmsnorm_matches_ops_bit_for_bit`).
+fn rmsnorm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
+    assert!(
+        out.len() == x.len() && weight.len() == x.len(),
+        "rmsnorm: out {}, x {}, weight {} differ",
+        out.len(),
+        x.len(),
+        weight.len()
+    );
+    if x.is_empty() {
+        return;
+    }
+    let mut acc = [0.0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += (v * v) as f64;
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(tail) {
+        *a += (v * v) as f64;
+    }
+    let sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    let mean = (sum / x.len() as f64) as f32;
+    let scale = 1.0 / (mean + eps).sqrt();
+    for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
+        *o = v * scale * w;
     }
 }
 
@@ -651,5 +690,37 @@ pub(crate) fn memory(cfg: &ModelConfig, weights_bytes: u64, o: &StateOptions) ->
         weights: weights_bytes,
         kv_cache: per_seq * o.n_seq.max(1) as u64,
         scratch: floats * 4 + 3 * wide + 64 * 3 + 4 * wide,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rmsnorm_matches_ops_bit_for_bit() {
+        // xorshift64: no dependency, reproducible.
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0 // in [-1, 1)
+        };
+        for round in 0..2000 {
+            let n = 1 + round % 401;
+            // Magnitudes over up to 2¹² (activations of a residual stream
+            // with a few large channels).
+            let spread = (round % 13) as i32;
+            let x: Vec<f32> = (0..n)
+                .map(|i| next() * 2f32.powi((i as i32 * 7) % (spread + 1)))
+                .collect();
+            let w: Vec<f32> = (0..n).map(|_| next() + 1.0).collect();
+            let (mut want, mut got) = (vec![0.0; n], vec![f32::NAN; n]);
+            ops::rmsnorm(&mut want, &x, &w, 1e-5);
+            rmsnorm(&mut got, &x, &w, 1e-5);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "n={n} spread={spread}");
+        }
     }
 }

@@ -43,6 +43,56 @@ fn advise_huge_pages(map: &memmap2::MmapMut) {
     let _ = map;
 }
 
+/// How bound weights read a part of a file map once loading is done
+/// ([`GgufFile::release_unused`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapUse {
+    /// All of it, every token (a matrix without row tiles): its pages stay,
+    /// huge pages welcome.
+    EveryToken,
+    /// A row now and then (an embedding table): its pages come back from
+    /// the file a few at a time, as rows are read.
+    ByRow,
+}
+
+/// The OS page size (4 KiB if it cannot be asked).
+fn page_size() -> usize {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if p > 0 {
+            return p as usize;
+        }
+    }
+    4096
+}
+
+/// The whole pages of `map` that `bytes` touches, as offsets from the
+/// map's start (`None` if `bytes` is not inside it).
+fn pages_of(map: &memmap2::Mmap, bytes: &[u8], page: usize) -> Option<(usize, usize)> {
+    let base = map.as_ptr() as usize;
+    let start = (bytes.as_ptr() as usize).checked_sub(base)?;
+    let end = start + bytes.len();
+    if end > map.len() || bytes.is_empty() {
+        return None;
+    }
+    Some((start / page * page, end.div_ceil(page) * page))
+}
+
+/// Sorted, disjoint ranges covering `ranges`.
+fn merged(mut ranges: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
+    for (s, e) in ranges {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
 /// Open for reading without blocking on a FIFO (whose plain open waits
 /// for a writer): the caller checks the type and refuses anything but a
 /// regular file.
@@ -147,8 +197,12 @@ fn open_shard(path: &Path, opts: OpenOptions) -> Result<(Shard, Header)> {
         // turns into zero pages and a reported fault instead of death.
         // `--no-mmap` avoids both.
         let map = unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(|e| err(e.into()))?;
+        // No huge pages while loading: the page cache may hold the file in
+        // 2 MiB folios, and one read of a small tensor would then map a
+        // whole folio of its neighbours. The parts read in place every
+        // token get them back once bound ([`GgufFile::release_unused`]).
         #[cfg(target_os = "linux")]
-        let _ = map.advise(memmap2::Advice::HugePage);
+        let _ = map.advise(memmap2::Advice::NoHugePage);
         map
     } else {
         let len = usize::try_from(meta.len()).map_err(|_| {
@@ -477,23 +531,90 @@ impl GgufFile {
         };
         let base = map.as_ptr() as usize;
         // Whole pages inside the range only: the neighbours stay mapped.
-        const PAGE: usize = 4096;
+        let page = page_size();
         let (from, to) = (
-            (start - base).div_ceil(PAGE) * PAGE,
-            (end - base) / PAGE * PAGE,
+            (start - base).div_ceil(page) * page,
+            (end - base) / page * page,
         );
-        if from >= to {
+        if from < to {
+            dont_need(map, from, to - from);
+        }
+    }
+
+    /// Whether the model is mapped from its files (not read into memory
+    /// with `mmap: false`, nor a built-in image): then its pages can leave
+    /// the resident set and come back from the file.
+    pub fn is_file_backed(&self) -> bool {
+        self.file_backed
+    }
+
+    /// Bytes of the memory pages that `parts` (slices of this model's
+    /// maps) touch, each page counted once; parts outside the maps count
+    /// nothing.
+    pub fn pages_touched(&self, parts: &[&[u8]]) -> u64 {
+        let page = page_size();
+        self.shards
+            .iter()
+            .map(|s| {
+                let ranges = parts.iter().filter_map(|b| pages_of(&s.map, b, page));
+                merged(ranges.collect())
+                    .iter()
+                    .map(|(a, b)| (b - a) as u64)
+                    .sum::<u64>()
+            })
+            .sum()
+    }
+
+    /// Once the weights are bound: drop from the resident set every page of
+    /// the file maps except those of [`MapUse::EveryToken`] parts of
+    /// `used`: the header (parsed already), tensors held repacked or copied,
+    /// embedding tables. Only the kept parts get the huge-page advice (the
+    /// map is opened without it), so a later read of anything else (an
+    /// embedding row) is never mapped as a 2 MiB huge page (the kernel may
+    /// still map the whole page-cache folio around it, up to 2 MiB).
+    /// Reading any of it later is still correct: it comes back from the
+    /// file. A no-op for copies (`mmap: false`, a built-in model), which
+    /// could not be read back.
+    pub fn release_unused(&self, used: &[(&[u8], MapUse)]) {
+        if !self.file_backed {
             return;
         }
-        #[cfg(unix)]
-        // SAFETY: the map is a read-only private map of the file, never
-        // written, so it holds no private (copied-on-write) pages: dropping
-        // its pages loses nothing, and any later read faults the same file
-        // bytes back in. The range lies inside the map (checked above).
-        // Failure (e.g. locked pages) leaves them resident, which is fine.
-        let _ = unsafe {
-            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from)
-        };
+        let page = page_size();
+        for s in &self.shards {
+            let keep = used
+                .iter()
+                .filter(|(_, u)| *u == MapUse::EveryToken)
+                .filter_map(|(b, _)| pages_of(&s.map, b, page));
+            // Split into VMAs of their own, read without readahead: a row
+            // read maps fewer neighbours (measured: the header's folio no
+            // longer comes in with the first rows of SmolLM2's table).
+            #[cfg(target_os = "linux")]
+            for (b, _) in used.iter().filter(|(_, u)| *u == MapUse::ByRow) {
+                if let Some((start, end)) = pages_of(&s.map, b, page) {
+                    let _ = s
+                        .map
+                        .advise_range(memmap2::Advice::Random, start, end - start);
+                }
+            }
+            let mut from = 0;
+            for (start, end) in merged(keep.collect())
+                .into_iter()
+                .chain([(s.map.len(), s.map.len())])
+            {
+                let end = end.min(s.map.len());
+                if start > from {
+                    dont_need(&s.map, from, start.min(s.map.len()) - from);
+                }
+                // Streamed every token: huge pages save TLB misses.
+                #[cfg(target_os = "linux")]
+                if end > start {
+                    let _ = s
+                        .map
+                        .advise_range(memmap2::Advice::HugePage, start, end - start);
+                }
+                from = end;
+            }
+        }
     }
 
     /// Wrap a metadata error with this file's path (the first file's, for
@@ -501,4 +622,18 @@ impl GgufFile {
     pub fn err(&self, kind: ErrorKind) -> Error {
         self.shards[0].err(kind)
     }
+}
+
+/// `MADV_DONTNEED` on `len` bytes of a file map from `offset` (both
+/// page-aligned).
+fn dont_need(map: &memmap2::Mmap, offset: usize, len: usize) {
+    #[cfg(unix)]
+    // SAFETY: the map is a read-only map of the file, never written, so it
+    // holds no private (copied-on-write) pages: dropping its pages loses
+    // nothing, and any later read faults the same file bytes back in. The
+    // callers pass a range inside the map. Failure (e.g. locked pages)
+    // leaves them resident, which is fine.
+    let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len) };
+    #[cfg(not(unix))]
+    let _ = (map, offset, len);
 }

@@ -43,4 +43,4 @@ pub use config::{
 };
 pub use error::Error;
 pub use kv_cache::{KvCache, KvType};
-pub use memory::{mem_available, MemoryEstimate};
+pub use memory::{mem_available, MemoryEstimate, WeightsResidency};

@@ -1,6 +1,8 @@
 //! How much memory a model needs before we allocate it, against what the
 //! OS says is available. Each architecture estimates its own state;
-//! `arch/mod.rs` picks the estimate ([`MemoryEstimate::for_state`]).
+//! `arch/mod.rs` picks the estimate ([`MemoryEstimate::for_state`]). What
+//! the weights hold resident is not the file's size but what binding made
+//! of it ([`WeightsResidency`], from the binder's ledger).
 
 use crate::Error;
 
@@ -31,6 +33,32 @@ impl MemoryEstimate {
             scratch: human(self.scratch),
             available: human(available),
         })
+    }
+}
+
+/// Where a bound model's weights live, in bytes, as the binder left them
+/// ([`crate::Model::residency`]; [`crate::Model::plan_residency`] says the
+/// same without binding). Pages are counted whole.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WeightsResidency {
+    /// Made at load and resident throughout: row tiles, copies of tensors
+    /// the kernels could not read in place, f32 vectors.
+    pub made: u64,
+    /// Pages of the file map read in place every token (matrices without
+    /// row tiles): resident from the first token on.
+    pub in_place: u64,
+    /// Pages of the file map holding embedding tables, read a row per
+    /// token: resident only as rows are read, counted whole here.
+    pub by_row: u64,
+    /// The whole file, when it was read into memory (`--no-mmap`, a
+    /// built-in model) rather than mapped: all of it stays resident.
+    pub file_copy: u64,
+}
+
+impl WeightsResidency {
+    /// The most the weights hold resident.
+    pub fn total(&self) -> u64 {
+        self.made + self.in_place + self.by_row + self.file_copy
     }
 }
 
@@ -75,5 +103,12 @@ mod tests {
             msg.contains("4.00 GiB") && msg.contains("2.00 GiB"),
             "{msg}"
         );
+        let r = WeightsResidency {
+            made: 1,
+            in_place: 2,
+            by_row: 4,
+            file_copy: 8,
+        };
+        assert_eq!(r.total(), 15);
     }
 }

@@ -20,7 +20,7 @@ use kernels::bandwidth::{measure_read, Bandwidth};
 use kernels::isa::Isa;
 use kernels::pool::ThreadPool;
 use machine::{format_cpulist, Cache, Machine};
-use model::{MemoryEstimate, ModelConfig};
+use model::{MemoryEstimate, Model, ModelConfig, StateOptions, WeightsResidency};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -69,6 +69,23 @@ struct ModelNeeds {
     file: String,
     n_ctx: usize,
     memory: MemoryEstimate,
+    /// What `run` holds resident at the same context: the weights as the
+    /// loader's binder leaves them, KV cache and scratch; or why the
+    /// weights cannot be bound (`info` still sizes a file `run` refuses).
+    budget: std::result::Result<Budget, String>,
+}
+
+/// The memory budget of `cachefit run -m FILE -c N`, from the loader's own
+/// code ([`model::Model::plan_residency`], [`MemoryEstimate::for_state`]).
+struct Budget {
+    weights: WeightsResidency,
+    state: MemoryEstimate,
+}
+
+impl Budget {
+    fn total(&self) -> u64 {
+        self.state.total()
+    }
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -140,10 +157,19 @@ fn model_needs(
         .with_context(|| format!("{}: reading the model config", source.shown()))?;
     let n_ctx = super::common::n_ctx(&cfg, ctx_size)?;
     let weights_bytes: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
+    // Opened as `run` opens it (mapped), bound by the same code without
+    // repacking.
+    let budget = Model::plan_residency(&file, &cfg)
+        .map(|weights| Budget {
+            weights,
+            state: MemoryEstimate::for_state(&cfg, weights.total(), &StateOptions::new(n_ctx)),
+        })
+        .map_err(|e| e.to_string());
     Ok(ModelNeeds {
         file: source.shown(),
         n_ctx,
         memory: MemoryEstimate::new(&cfg, weights_bytes, n_ctx),
+        budget,
     })
 }
 
@@ -278,8 +304,33 @@ fn model_json(needs: &ModelNeeds, fit: &Fit, threads: &machine::ThreadChoice) ->
         "decode_ceiling_tok_s": fit.ceiling_tok_s,
         "recommended_threads": threads.n,
         "recommended_threads_reason": threads.reason,
+        "budget": match &needs.budget {
+            Ok(b) => budget_json(b),
+            Err(e) => json!({"error": e}),
+        },
     })
 }
+
+fn budget_json(b: &Budget) -> Value {
+    let w = &b.weights;
+    json!({
+        "counts": BUDGET_COUNTS,
+        "weights_made_bytes": w.made,
+        "weights_in_place_bytes": w.in_place,
+        "weights_by_row_bytes": w.by_row,
+        "weights_file_copy_bytes": w.file_copy,
+        "weights_bytes": w.total(),
+        "kv_bytes": b.state.kv_cache,
+        "scratch_bytes": b.state.scratch,
+        "total_bytes": b.total(),
+    })
+}
+
+/// What the budget is, in one line for the JSON.
+const BUDGET_COUNTS: &str = "what `cachefit run -m FILE -c N` holds resident with default flags: \
+    weights as bound (row tiles and copies made at load, file pages read in place every token, \
+    embedding tables read by row counted whole, or the whole file when read into memory), \
+    KV cache, scratch; not the binary, the tokenizer's tables or the allocator's slack";
 
 fn print_machine(
     machine: &Machine,
@@ -412,4 +463,29 @@ fn print_model(needs: &ModelNeeds, fit: &Fit, threads: &machine::ThreadChoice) {
         human_bytes(fit.bytes_per_token),
     );
     outln!("  threads        {}: {}", threads.n, threads.reason);
+    match &needs.budget {
+        Ok(b) => print_budget(b, needs.n_ctx),
+        Err(e) => outln!("\nmemory budget of `run`: none, the weights do not bind: {e}"),
+    }
+}
+
+fn print_budget(b: &Budget, n_ctx: usize) {
+    let w = &b.weights;
+    outln!("\nmemory budget of `run` at {n_ctx} tokens (what it holds resident):");
+    outln!("  weights        {}", human_bytes(w.total()));
+    let parts = [
+        (w.made, "made at load (row tiles, copies, f32 vectors)"),
+        (w.in_place, "file pages read in place every token"),
+        (w.by_row, "embedding table, read by row (counted whole)"),
+        (w.file_copy, "the file, read into memory"),
+    ];
+    for (bytes, what) in parts.into_iter().filter(|(b, _)| *b > 0) {
+        outln!("    {:>11}  {what}", human_bytes(bytes));
+    }
+    outln!("  KV cache       {}", human_bytes(b.state.kv_cache));
+    outln!("  scratch        {}", human_bytes(b.state.scratch));
+    outln!(
+        "  total          {} (plus the binary, the tokenizer's tables and the allocator)",
+        human_bytes(b.total())
+    );
 }

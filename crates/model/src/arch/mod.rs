@@ -13,9 +13,10 @@ pub mod cachefit;
 pub mod llama;
 
 use crate::batch::{Batch, Logits, StateOptions, Token};
+use crate::binder::Binder;
 use crate::config::{Arch, ModelConfig};
 use crate::kv_cache::KvType;
-use crate::memory::MemoryEstimate;
+use crate::memory::{MemoryEstimate, WeightsResidency};
 use crate::pass::Pass;
 use crate::Error;
 use gguf::{GgufFile, Metadata};
@@ -73,19 +74,41 @@ impl MemoryEstimate {
 pub struct Model<'a> {
     cfg: ModelConfig,
     weights: Weights<'a>,
+    residency: WeightsResidency,
+}
+
+/// Bind with `b`, the arch's own binding code either way.
+fn bind<'a>(b: &Binder<'a>, cfg: &ModelConfig) -> Result<Weights<'a>, Error> {
+    Ok(match cfg.arch {
+        Arch::Cachefit => Weights::Cachefit(cachefit::Weights::from_binder(b, cfg)?),
+        _ => Weights::Llama(llama::Weights::from_binder(b, cfg)?),
+    })
 }
 
 impl<'a> Model<'a> {
-    /// Bind the tensors `cfg.arch` needs, checking every shape.
+    /// Bind the tensors `cfg.arch` needs, checking every shape; then
+    /// release the pages of the file no weight reads in place.
     pub fn from_gguf(file: &'a GgufFile, cfg: &ModelConfig) -> Result<Model<'a>, Error> {
-        let weights = match cfg.arch {
-            Arch::Cachefit => Weights::Cachefit(cachefit::Weights::from_gguf(file, cfg)?),
-            _ => Weights::Llama(llama::Weights::from_gguf(file, cfg)?),
-        };
+        let b = Binder::new(file);
+        let weights = bind(&b, cfg)?;
         Ok(Model {
             cfg: cfg.clone(),
             weights,
+            residency: b.finish(),
         })
+    }
+
+    /// What [`Model::from_gguf`] would hold resident, from the same
+    /// binding code, without repacking anything.
+    pub fn plan_residency(file: &GgufFile, cfg: &ModelConfig) -> Result<WeightsResidency, Error> {
+        let b = Binder::plan(file);
+        bind(&b, cfg)?;
+        Ok(b.finish())
+    }
+
+    /// What the weights hold resident.
+    pub fn residency(&self) -> WeightsResidency {
+        self.residency
     }
 
     /// Allocate a state: every buffer a call needs, so a call allocates

@@ -6,7 +6,7 @@
 use crate::binder::Binder;
 use crate::config::{BlockKind, ModelConfig};
 use crate::Error;
-use gguf::{GgmlType, GgufFile};
+use gguf::GgmlType;
 use kernels::int8::{self, I8Matrix, I8Vector};
 use kernels::matmul::{matvec, MatmulScratch};
 use kernels::matrix::QMatrix;
@@ -30,14 +30,14 @@ pub struct Activations {
     lo: Vec<I8Vector>,
     /// Tokens quantized by the last [`Activations::quantize`].
     n: usize,
+    /// Scratch: what `hi` leaves over.
     rest: Vec<f32>,
-    /// The kernels' output, `(2·n, rows)` of the widest matrix.
-    yt: Vec<f32>,
 }
 
 impl Activations {
-    /// For vectors up to `cols` long and matrices up to `rows` rows.
-    pub fn with_capacity(cols: usize, rows: usize) -> Activations {
+    /// For vectors up to `cols` long (the outputs go straight to the
+    /// caller's buffers: nothing depends on the matrices' rows).
+    pub fn with_capacity(cols: usize) -> Activations {
         let v = || {
             (0..TOKENS_PER_PASS)
                 .map(|_| I8Vector::with_capacity(cols))
@@ -48,7 +48,6 @@ impl Activations {
             lo: v(),
             n: 0,
             rest: vec![0.0; cols],
-            yt: vec![0.0; rows * 2 * TOKENS_PER_PASS],
         }
     }
 
@@ -61,14 +60,11 @@ impl Activations {
             "Activations::quantize: {} values are not up to {TOKENS_PER_PASS} rows of {cols}",
             xs.len()
         );
+        if self.rest.len() < cols {
+            self.rest.resize(cols, 0.0);
+        }
         for ((x, hi), lo) in xs.chunks_exact(cols).zip(&mut self.hi).zip(&mut self.lo) {
-            hi.quantize(x);
-            let s = hi.scale();
-            let rest = &mut self.rest[..cols];
-            for ((r, &xv), &q) in rest.iter_mut().zip(x).zip(hi.q()) {
-                *r = xv - s * q as f32;
-            }
-            lo.quantize(rest);
+            int8::quantize_pair(x, hi, lo, &mut self.rest);
         }
         self.n = n;
     }
@@ -136,19 +132,12 @@ impl Matrix<'_> {
                     xs.len(),
                     ys.len()
                 );
-                let Activations { hi, lo, yt, .. } = xq;
+                let Activations { hi, lo, .. } = xq;
+                // (hi₀, lo₀, hi₁, lo₁, …): one pass over the weights for
+                // all of them, each pair's two products added in the kernel.
                 let acts: [&I8Vector; 2 * TOKENS_PER_PASS] =
                     std::array::from_fn(|i| if i % 2 == 0 { &hi[i / 2] } else { &lo[i / 2] });
-                let k = 2 * n;
-                // (hi₀, lo₀, hi₁, lo₁, …) × rows
-                let yt = &mut yt[..k * rows];
-                int8::matvec_multi(pool, m, &acts[..k], yt);
-                for (y, pair) in ys.chunks_exact_mut(rows).zip(yt.chunks_exact(2 * rows)) {
-                    let (y_hi, y_lo) = pair.split_at(rows);
-                    for ((o, &a), &b) in y.iter_mut().zip(y_hi).zip(y_lo) {
-                        *o = a + b;
-                    }
-                }
+                int8::matvec_pairs(pool, m, &acts[..2 * n], ys);
             }
             Matrix::Float(m) => {
                 for (x, y) in xs.chunks_exact(cols).zip(ys.chunks_exact_mut(rows)) {
@@ -195,7 +184,7 @@ pub struct Weights<'a> {
 }
 
 impl<'a> Weights<'a> {
-    pub fn from_gguf(file: &'a GgufFile, cfg: &ModelConfig) -> Result<Weights<'a>, Error> {
+    pub(crate) fn from_binder(b: &Binder<'a>, cfg: &ModelConfig) -> Result<Weights<'a>, Error> {
         let Some(cf) = &cfg.cachefit else {
             return Err(Error::BadValue {
                 key: "cachefit.block_pattern".into(),
@@ -203,7 +192,6 @@ impl<'a> Weights<'a> {
                     .into(),
             });
         };
-        let b = Binder { file };
         let (d, f, k) = (cfg.dim, cfg.ffn_dim, cf.conv_kernel);
         let qkv_rows = cfg.q_dim() + 2 * cfg.kv_dim();
         let mut blocks = Vec::with_capacity(cf.blocks.len());
@@ -211,26 +199,26 @@ impl<'a> Weights<'a> {
             let n = |s: &str| format!("blk.{i}.{s}");
             let mixer = match kind {
                 BlockKind::Conv => Mixer::Conv {
-                    gate: matrix(&b, &n("conv_gate"), d, d)?,
-                    taps: taps(&b, &n("conv_taps.weight"), d, k)?,
-                    out: matrix(&b, &n("conv_out"), d, d)?,
+                    gate: matrix(b, &n("conv_gate"), d, d)?,
+                    taps: taps(b, &n("conv_taps.weight"), d, k)?,
+                    out: matrix(b, &n("conv_out"), d, d)?,
                 },
                 BlockKind::Attn => Mixer::Attn {
-                    qkv: matrix(&b, &n("attn_qkv"), qkv_rows, d)?,
-                    out: matrix(&b, &n("attn_output"), d, cfg.q_dim())?,
+                    qkv: matrix(b, &n("attn_qkv"), qkv_rows, d)?,
+                    out: matrix(b, &n("attn_output"), d, cfg.q_dim())?,
                 },
             };
             blocks.push(Block {
                 attn_norm: b.vector(&n("attn_norm.weight"), d)?,
                 mixer,
                 ffn_norm: b.vector(&n("ffn_norm.weight"), d)?,
-                ffn_gate: matrix(&b, &n("ffn_gate"), f, d)?,
-                ffn_up: matrix(&b, &n("ffn_up"), f, d)?,
-                ffn_down: matrix(&b, &n("ffn_down"), d, f)?,
+                ffn_gate: matrix(b, &n("ffn_gate"), f, d)?,
+                ffn_up: matrix(b, &n("ffn_up"), f, d)?,
+                ffn_down: matrix(b, &n("ffn_down"), d, f)?,
             });
         }
         Ok(Weights {
-            token_embd: matrix(&b, "token_embd", cfg.vocab_size, d)?,
+            token_embd: matrix(b, "token_embd", cfg.vocab_size, d)?,
             blocks,
             output_norm: b.vector("output_norm.weight", d)?,
             conv_kernel: k,

@@ -7,7 +7,6 @@
 use crate::binder::Binder;
 use crate::config::{Arch, ModelConfig};
 use crate::Error;
-use gguf::GgufFile;
 use kernels::matrix::QMatrix;
 use std::borrow::Cow;
 
@@ -110,8 +109,8 @@ pub struct Weights<'a> {
 }
 
 impl<'a> Weights<'a> {
-    pub fn from_gguf(file: &'a GgufFile, cfg: &ModelConfig) -> Result<Weights<'a>, Error> {
-        let b = Binder { file };
+    pub(crate) fn from_binder(b: &Binder<'a>, cfg: &ModelConfig) -> Result<Weights<'a>, Error> {
+        let file = b.file;
         let (dim, q, kv, ff, v) = (
             cfg.dim,
             cfg.q_dim(),
@@ -119,7 +118,7 @@ impl<'a> Weights<'a> {
             cfg.ffn_dim,
             cfg.vocab_size,
         );
-        let token_embd = b.matrix("token_embd.weight", v, dim)?;
+        let token_embd = b.embedding("token_embd.weight", v, dim)?;
         // Gemma always ties them (llama.cpp reads token_embd for both).
         let (output, tied_output) = match file.tensor_info("output.weight") {
             Some(_) if cfg.arch != Arch::Gemma2 => (b.weight("output.weight", v, dim)?, false),

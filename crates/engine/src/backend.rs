@@ -8,6 +8,7 @@ use kernels::pool::ThreadPool;
 use model::{Model, ModelConfig, State, Token};
 use tokenize::Vocab;
 
+use crate::draft::DraftModel;
 use crate::memory::encoder::{EncoderState, LentEncoder};
 use crate::memory::{KeyEncoder, MemoryError};
 
@@ -55,6 +56,18 @@ pub trait Backend {
         let _ = (src, dst, positions);
         panic!("this backend cannot copy a slot's cache");
     }
+    /// Whether [`Backend::draft`] has a draft model to ask.
+    fn has_draft_model(&self) -> bool {
+        false
+    }
+    /// The draft model's guesses for slot `seq` after `history` (ending
+    /// with the token evaluated next), at most `max`, each at least `p_min`
+    /// likely to the draft ([`crate::draft::DraftModel::draft`]); none
+    /// without a draft model.
+    fn draft(&mut self, seq: usize, history: &[u32], max: usize, p_min: f32, out: &mut Vec<u32>) {
+        let _ = (seq, history, max, p_min);
+        out.clear();
+    }
     /// Long memory's access to the model, for backends that have one.
     fn memory_host(&mut self) -> Result<MemoryHost<'_>, MemoryError> {
         Err(MemoryError::Model(
@@ -72,6 +85,8 @@ pub struct ModelBackend<'a> {
     pool: ThreadPool,
     batch_pool: Option<ThreadPool>,
     vocab: &'a Vocab,
+    /// Guesses for speculative decoding (`-md`), on the decode pool.
+    draft: Option<DraftModel<'a>>,
 }
 
 impl<'a> ModelBackend<'a> {
@@ -92,7 +107,20 @@ impl<'a> ModelBackend<'a> {
             pool,
             batch_pool,
             vocab,
+            draft: None,
         }
+    }
+
+    /// Draft guesses with `draft` (its vocabulary checked against the
+    /// model's with [`crate::draft::check_vocab`]).
+    pub fn with_draft(mut self, draft: DraftModel<'a>) -> ModelBackend<'a> {
+        self.draft = Some(draft);
+        self
+    }
+
+    /// The draft model's passes so far (0 without one).
+    pub fn draft_passes(&self) -> u64 {
+        self.draft.as_ref().map_or(0, DraftModel::passes)
     }
 
     pub fn state(&self) -> &State<'a> {
@@ -148,7 +176,29 @@ impl Backend for ModelBackend<'_> {
     }
 
     fn copy_seq(&mut self, src: usize, dst: usize, positions: std::ops::Range<usize>) {
+        if let Some(d) = &mut self.draft {
+            d.copy_seq(src, dst, positions.clone());
+        }
         self.state.copy_seq(src, dst, positions);
+    }
+
+    fn has_draft_model(&self) -> bool {
+        self.draft.is_some()
+    }
+
+    fn draft(&mut self, seq: usize, history: &[u32], max: usize, p_min: f32, out: &mut Vec<u32>) {
+        match &mut self.draft {
+            Some(d) => d.draft(
+                &self.pool,
+                seq,
+                history,
+                max,
+                p_min,
+                self.vocab.eog_tokens(),
+                out,
+            ),
+            None => out.clear(),
+        }
     }
 
     fn memory_host(&mut self) -> Result<MemoryHost<'_>, MemoryError> {

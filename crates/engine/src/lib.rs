@@ -25,7 +25,8 @@
 //! - [`sample`], [`stop`], [`rng`]: the sampling chain with llama.cpp's
 //!   semantics and the stop conditions that never leak a stop string.
 //! - [`speculate`]: speculative decoding by prompt lookup: guesses from
-//!   the sequence itself, checked in one batched pass.
+//!   the sequence itself, checked in one batched pass; [`draft`]: guesses
+//!   from a smaller draft model (`-md`), checked the same way.
 //! - [`stats`]: counters for a server's `/metrics`.
 //!
 //! Running one prompt to the end:
@@ -40,6 +41,7 @@
 
 pub mod backend;
 pub mod constraint;
+pub mod draft;
 pub mod embed;
 pub mod job;
 pub mod logprobs;

@@ -34,6 +34,10 @@ pub struct GenParams {
     /// Speculative decoding by prompt lookup (see [`crate::speculate`]):
     /// the same output, sooner when it copies its context.
     pub lookup: Option<crate::speculate::Lookup>,
+    /// Speculative decoding with the backend's draft model (see
+    /// [`crate::draft`]), where prompt lookup has no guess; nothing without
+    /// one.
+    pub draft_model: Option<crate::draft::ModelDraft>,
 }
 
 /// Most alternatives a token's log-probabilities list (OpenAI's limit).
@@ -55,6 +59,7 @@ impl GenParams {
             logit_bias: Vec::new(),
             constraint: None,
             lookup: None,
+            draft_model: None,
         }
     }
 }

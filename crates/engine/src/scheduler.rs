@@ -658,21 +658,44 @@ impl<B: Backend> Scheduler<B> {
                 a.draft_at = pos;
                 a.verified = 0;
                 a.draft_accepted = 0;
-                let Some(lookup) = a.job.params.lookup else {
-                    continue;
+                let lookup = a.job.params.lookup;
+                let model = a
+                    .job
+                    .params
+                    .draft_model
+                    .filter(|_| self.backend.has_draft_model());
+                let (draft_max, draft_min) = match (lookup, model) {
+                    (None, None) => continue,
+                    (Some(l), None) => (l.draft_max, l.draft_min),
+                    (None, Some(m)) => (m.draft_max, m.draft_min),
+                    (Some(l), Some(m)) => {
+                        (l.draft_max.max(m.draft_max), l.draft_min.min(m.draft_min))
+                    }
                 };
                 // Guesses stay inside the context and the job's token
                 // budget: the step samples at most one token more than it
                 // accepts guesses.
                 let left = a.job.params.max_tokens.saturating_sub(a.generated);
                 let room = spare
-                    .min(a.throttle.limit(lookup.draft_max).max(lookup.draft_min))
+                    .min(a.throttle.limit(draft_max).max(draft_min))
                     .min(n_ctx.saturating_sub(pos + 1))
                     .min(left.saturating_sub(1));
                 if room == 0 || !a.throttle.may_draft() {
                     continue;
                 }
-                lookup.draft(&slot.cache, room, &mut a.draft);
+                // Prompt lookup first: free to ask, and where it matches,
+                // usually right; the draft model where it has nothing.
+                if let Some(l) = lookup {
+                    l.draft(&slot.cache, room.min(l.draft_max), &mut a.draft);
+                }
+                if let Some(m) = model.filter(|_| a.draft.is_empty()) {
+                    let max = room.min(m.draft_max);
+                    self.backend
+                        .draft(si, &slot.cache, max, m.p_min, &mut a.draft);
+                    if a.draft.len() < m.draft_min {
+                        a.draft.clear();
+                    }
+                }
                 for (i, &id) in a.draft.iter().enumerate() {
                     self.batch.push(Token {
                         id,

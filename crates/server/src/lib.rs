@@ -120,6 +120,7 @@ pub fn serve(
     cfg: &ModelConfig,
     vocab: Vocab,
     opts: &StateOptions,
+    draft: Option<(&GgufFile, &ModelConfig)>,
     config: Config,
 ) -> Result<(), Error> {
     if opts.n_seq == 0 {
@@ -143,6 +144,12 @@ pub fn serve(
     });
     let model = Model::from_gguf(file, cfg)?;
     let state = model.new_state(opts)?;
+    // A draft model (`-md`) guesses for every slot, from its own caches.
+    let draft_model = draft.map(|(f, c)| Model::from_gguf(f, c)).transpose()?;
+    let draft_state = draft_model
+        .as_ref()
+        .map(|m| engine::draft::DraftModel::new(m, opts))
+        .transpose()?;
     let addr = format!("{}:{}", config.host, config.port);
     let listener = TcpListener::bind(&addr).map_err(|source| Error::Bind {
         addr: addr.clone(),
@@ -220,7 +227,11 @@ pub fn serve(
             .spawn_scoped(scope, move || {
                 let pool = ThreadPool::new(threads);
                 let batch_pool = (threads_batch != threads).then(|| ThreadPool::new(threads_batch));
-                let backend = ModelBackend::new(cfg, model, state, pool, batch_pool, &engine_vocab);
+                let mut backend =
+                    ModelBackend::new(cfg, model, state, pool, batch_pool, &engine_vocab);
+                if let Some(d) = draft_state {
+                    backend = backend.with_draft(d);
+                }
                 let mut scheduler = Scheduler::new(backend);
                 if let Some(m) = memories {
                     scheduler = scheduler.with_memories(m);

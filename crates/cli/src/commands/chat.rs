@@ -161,7 +161,9 @@ pub fn run(args: Args) -> Result<()> {
         memory::Mode::Write,
         args.mem.config(),
     )?;
-    let local = Local::new(&opened, &model, &opts, pools)?;
+    let draft_opened = super::generate::open_draft(&args.gen, &args.model, &opened)?;
+    let draft = super::generate::bind_draft(draft_opened.as_ref(), &args.gen)?;
+    let local = Local::new(&opened, &model, draft.as_ref(), &opts, pools)?;
     eprintln!(
         "cachefit: {} ({}, {} layers), ctx {n_ctx}, {} KV cache, batch {}, {}, kernels {}",
         path,

@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use engine::{Finish, GenParams, JobError, ModelBackend, SamplerConfig, Scheduler, Sink};
 use model::{Model, StateOptions};
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -77,13 +78,24 @@ pub struct GenArgs {
     /// it backs off by itself where guesses fail.
     #[arg(long)]
     pub lookup: bool,
-    /// With --lookup: most tokens guessed per step (llama.cpp's
+    /// -md FILE: speculative decoding with a draft model, a smaller GGUF
+    /// model with the same vocabulary: it guesses the next tokens one by
+    /// one, the model checks them in one pass. The same output; faster
+    /// when the draft is cheap and usually right. With --lookup, the draft
+    /// model guesses where the lookup finds nothing.
+    #[arg(long = "model-draft", value_name = "FILE")]
+    pub model_draft: Option<PathBuf>,
+    /// With --lookup or -md: most tokens guessed per step (llama.cpp's
     /// --draft-max).
     #[arg(long = "draft-max", visible_alias = "draft", value_name = "N", default_value_t = engine::speculate::Lookup::default().draft_max)]
     pub draft_max: usize,
-    /// With --lookup: no guess when fewer tokens would be guessed.
+    /// With --lookup or -md: no guess when fewer tokens would be guessed.
     #[arg(long = "draft-min", value_name = "N", default_value_t = engine::speculate::Lookup::default().draft_min)]
     pub draft_min: usize,
+    /// With -md: stop a draft at a token the draft model gives less
+    /// probability than this (0..1).
+    #[arg(long = "draft-p-min", value_name = "P", default_value_t = engine::draft::ModelDraft::default().p_min)]
+    pub draft_p_min: f32,
 }
 
 impl GenArgs {
@@ -99,13 +111,31 @@ impl GenArgs {
             l.check()
                 .map_err(|e| anyhow::anyhow!("--draft-max/--draft-min: {e}"))?;
         }
+        if self.model_draft.is_some() {
+            self.model_draft_params()
+                .check()
+                .map_err(|e| anyhow::anyhow!("--draft-max/--draft-min/--draft-p-min: {e}"))?;
+        }
         engine::validate(&self.sampling(1)).map_err(|e| anyhow::anyhow!(e.describe(e.param.flag())))
     }
 
     /// Logits rows the guesses of `n_seq` sequences need (0 without
     /// --lookup).
     pub fn draft_rows(&self, n_seq: usize) -> usize {
-        self.lookup().map_or(0, |l| l.draft_max * n_seq)
+        if self.lookup || self.model_draft.is_some() {
+            self.draft_max * n_seq
+        } else {
+            0
+        }
+    }
+
+    /// The draft model's settings (used with -md).
+    fn model_draft_params(&self) -> engine::draft::ModelDraft {
+        engine::draft::ModelDraft {
+            draft_max: self.draft_max,
+            draft_min: self.draft_min,
+            p_min: self.draft_p_min,
+        }
     }
 
     /// The prompt-lookup settings, with --lookup.
@@ -149,6 +179,10 @@ impl GenArgs {
             stop: self.stop.clone(),
             ignore_eos: self.ignore_eos,
             lookup: self.lookup(),
+            draft_model: self
+                .model_draft
+                .is_some()
+                .then(|| self.model_draft_params()),
             ..GenParams::new(SamplerConfig::default())
         }
     }
@@ -157,6 +191,45 @@ impl GenArgs {
 /// Bind the model's weights (named as `args` says in errors).
 pub fn bind<'a>(opened: &'a Opened, args: &ModelArgs) -> Result<Model<'a>> {
     Model::from_gguf(&opened.file, &opened.cfg).with_context(|| args.shown())
+}
+
+/// The draft model -md names (a file or a cached model's name), opened the
+/// way `args` opens the model, its vocabulary checked against `target`'s.
+pub fn open_draft(gen: &GenArgs, args: &ModelArgs, target: &Opened) -> Result<Option<Opened>> {
+    let Some(path) = &gen.model_draft else {
+        return Ok(None);
+    };
+    let shown = format!("-md {}", path.display());
+    let source = super::builtin::ModelSource::from_arg(Some(path)).context(shown.clone())?;
+    let opts = gguf::OpenOptions {
+        mmap: !args.no_mmap,
+        mlock: args.mlock,
+        ..Default::default()
+    };
+    let file = source.open(opts).with_context(|| shown.clone())?;
+    let cfg = model::ModelConfig::from_gguf(file.metadata())
+        .with_context(|| format!("{shown}: reading the model config"))?;
+    let vocab = tokenize::Vocab::from_gguf(file.metadata())
+        .with_context(|| format!("{shown}: the model has no usable tokenizer"))?;
+    engine::draft::check_vocab(&target.vocab, &vocab)
+        .map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+    Ok(Some(Opened { file, cfg, vocab }))
+}
+
+/// Bind the draft model's weights (named as -md in errors).
+pub fn bind_draft<'a>(opened: Option<&'a Opened>, gen: &GenArgs) -> Result<Option<Model<'a>>> {
+    opened
+        .map(|o| {
+            Model::from_gguf(&o.file, &o.cfg).with_context(|| {
+                format!(
+                    "-md {}",
+                    gen.model_draft
+                        .as_ref()
+                        .map_or_else(String::new, |p| p.display().to_string())
+                )
+            })
+        })
+        .transpose()
 }
 
 /// The model's scheduler on this thread: one slot, kept between jobs (so
@@ -168,15 +241,24 @@ pub struct Local<'a> {
 
 impl<'a> Local<'a> {
     /// Allocate one slot's state of `opts` for `model`, on `pools`.
+    /// With `draft`, its guesses speed up the jobs that ask
+    /// ([`GenParams::draft_model`]).
     pub fn new(
         opened: &'a Opened,
         model: &'a Model<'a>,
+        draft: Option<&'a Model<'a>>,
         opts: &StateOptions,
         pools: Pools,
     ) -> Result<Local<'a>> {
         let state = model.new_state(opts)?;
         let (decode, batch) = pools.into_parts();
-        let backend = ModelBackend::new(&opened.cfg, model, state, decode, batch, &opened.vocab);
+        let mut backend =
+            ModelBackend::new(&opened.cfg, model, state, decode, batch, &opened.vocab);
+        if let Some(d) = draft {
+            backend = backend.with_draft(
+                engine::draft::DraftModel::new(d, opts).context("the draft model's state")?,
+            );
+        }
         Ok(Local {
             scheduler: Scheduler::new(backend).with_stream_interval(Duration::ZERO),
             next_id: 0,

@@ -46,6 +46,8 @@ const TWO_LETTER_FLAGS: &[(&[&str], &str, &str)] = &[
         "-hff",
         "--hf-file",
     ),
+    // llama.cpp's `-md FILE`, the draft model.
+    (&["run", "chat", "serve"], "-md", "--model-draft"),
 ];
 
 /// The arguments with llama.cpp's two-letter flags spelled as ours.

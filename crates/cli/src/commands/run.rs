@@ -94,7 +94,9 @@ pub fn run(args: Args) -> Result<()> {
         .as_ref()
         .map(|_| engine::memory::fingerprint(&opened.file, vocab));
     let model = super::generate::bind(&opened, &args.model)?;
-    let mut local = Local::new(&opened, &model, &opts, pools)?;
+    let draft_opened = super::generate::open_draft(&args.gen, &args.model, &opened)?;
+    let draft = super::generate::bind_draft(draft_opened.as_ref(), &args.gen)?;
+    let mut local = Local::new(&opened, &model, draft.as_ref(), &opts, pools)?;
     let load_ms = ms(t_start);
     eprintln!(
         "cachefit: {} ({}, {} layers), ctx {n_ctx}, {} KV cache, batch {}, {}, kernels {}",
@@ -258,9 +260,14 @@ pub fn run(args: Args) -> Result<()> {
                 "prompt_tok_s": rate(n_prompt, prompt_ms),
                 "gen_ms": gen_ms,
                 "gen_tok_s": rate(generated, gen_ms),
-                "speculation": args.gen.lookup.then(|| {
+                "speculation": (args.gen.lookup || args.gen.model_draft.is_some()).then(|| {
                     let s = finish.speculation;
-                    json!({"drafts": s.drafts, "drafted": s.drafted, "accepted": s.accepted})
+                    json!({
+                        "drafts": s.drafts,
+                        "drafted": s.drafted,
+                        "accepted": s.accepted,
+                        "draft_model_passes": local.scheduler.backend().draft_passes(),
+                    })
                 }),
                 "memory": finish.memory.as_ref().map(|m| {
                     let v = &m.view;

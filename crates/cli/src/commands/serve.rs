@@ -203,8 +203,16 @@ pub fn run(args: Args) -> Result<()> {
         webui: !args.no_webui,
         cors,
     };
-    server::serve(&opened.file, &opened.cfg, opened.vocab, &opts, config)
-        .with_context(|| format!("serving {path}"))
+    let draft = super::generate::open_draft(&args.gen, &args.model, &opened)?;
+    server::serve(
+        &opened.file,
+        &opened.cfg,
+        opened.vocab,
+        &opts,
+        draft.as_ref().map(|d| (&d.file, &d.cfg)),
+        config,
+    )
+    .with_context(|| format!("serving {path}"))
 }
 
 /// The API key from `--api-key`, `--api-key-file` or `CACHEFIT_API_KEY`

@@ -25,6 +25,22 @@ struct Fake {
     /// Next token: the one this many positions back (a text that repeats,
     /// so guesses from the sequence come true), instead of the hash.
     period: Option<usize>,
+    /// Every row these logits, whatever the text (a fixed distribution to
+    /// sample from), instead of the one-hot-ish rows.
+    soft: Option<Vec<f32>>,
+    /// A draft model (`Backend::draft`), if any.
+    drafter: Option<FakeDraft>,
+}
+
+/// How the fake's draft model guesses.
+#[derive(Clone, Copy, Debug)]
+enum FakeDraft {
+    /// The target's own next token, except where a hash of the text says
+    /// to err (one in `err_every`, confident or doubting by turns), so
+    /// some guesses fail and some are cut by `p_min`.
+    Follow { err_every: u64 },
+    /// Always this token, with this probability.
+    Fixed(u32, f32),
 }
 
 const VOCAB: usize = 16;
@@ -52,6 +68,21 @@ impl Fake {
             eog: vec![EOG],
             copies: true,
             period: None,
+            soft: None,
+            drafter: None,
+        }
+    }
+
+    /// The target's next token after `text` (every position written), as
+    /// [`Backend::eval`] computes it.
+    fn next_after(&self, text: &[u32]) -> u32 {
+        let pos = text.len() - 1;
+        match self.period {
+            Some(k) if pos + 1 >= k => text[pos + 1 - k],
+            _ => {
+                let seq: Vec<Option<u32>> = text.iter().map(|&t| Some(t)).collect();
+                Fake::next_of(&seq, pos)
+            }
         }
     }
 
@@ -101,6 +132,10 @@ impl Backend for Fake {
             }
         }
         for t in batch.iter().filter(|t| t.logits) {
+            if let Some(soft) = &self.soft {
+                self.logits.extend_from_slice(soft);
+                continue;
+            }
             let seq = &self.seqs[t.seq];
             let next = match self.period {
                 Some(k) if t.pos + 1 >= k => seq[t.pos + 1 - k].expect("written"),
@@ -125,6 +160,35 @@ impl Backend for Fake {
     }
     fn can_copy_seq(&self) -> bool {
         self.copies
+    }
+    fn has_draft_model(&self) -> bool {
+        self.drafter.is_some()
+    }
+    fn draft(&mut self, seq: usize, history: &[u32], max: usize, p_min: f32, out: &mut Vec<u32>) {
+        out.clear();
+        assert!(seq < self.n_slots && !history.is_empty());
+        let mut text = history.to_vec();
+        while out.len() < max && text.len() < self.n_ctx {
+            let (guess, p) = match self.drafter.expect("asked only with a draft model") {
+                FakeDraft::Fixed(t, p) => (t, p),
+                FakeDraft::Follow { err_every } => {
+                    let next = self.next_after(&text);
+                    let h = text
+                        .iter()
+                        .fold(7u64, |h, &t| h.wrapping_mul(31).wrapping_add(u64::from(t)));
+                    match h % err_every {
+                        0 => ((next + 1) % EOG, 0.9),
+                        1 => ((next + 2) % EOG, 0.2),
+                        _ => (next, 0.95),
+                    }
+                }
+            };
+            if p < p_min || self.eog.contains(&guess) {
+                break;
+            }
+            out.push(guess);
+            text.push(guess);
+        }
     }
     fn copy_seq(&mut self, src: usize, dst: usize, positions: std::ops::Range<usize>) {
         assert!(self.copies);

@@ -34,6 +34,7 @@ pub mod matrix;
 pub mod ops;
 pub mod pool;
 pub mod quant;
+pub mod ternary;
 pub mod traits;
 pub mod vecops;
 

@@ -7,7 +7,7 @@
 //!   the first `⌊(i+1)·P/(T+1)⌋` of `P` paragraphs). Each chunk and each passage is a
 //!   document. Spreading them means any window of the token stream holds
 //!   both kinds of text in about the mix asked for.
-//! - Validation: the held-out tail of the corpus, one document.
+//! - Validation: the held-out tail of each corpus file, one document each.
 //! - Evaluation: the held-out-name passages, one document each.
 //!
 //! A paragraph keeps its final `\n`; a chunk joins its paragraphs with the
@@ -60,13 +60,14 @@ pub fn training(corpus: &str, tasks: &str) -> Vec<String> {
     docs
 }
 
-/// The validation documents: the corpus tail, whole.
-pub fn validation(corpus_val: &str) -> Vec<String> {
-    if corpus_val.is_empty() {
-        Vec::new()
-    } else {
-        vec![corpus_val.to_string()]
-    }
+/// The validation documents: each corpus file's held-out tail, whole
+/// (files that held nothing back give none).
+pub fn validation(tails: &[&str]) -> Vec<String> {
+    tails
+        .iter()
+        .filter(|t| !t.is_empty())
+        .map(|t| t.to_string())
+        .collect()
 }
 
 /// The evaluation documents: one per held-out-name passage.
@@ -118,5 +119,11 @@ mod tests {
         );
         assert_eq!(training("", "a\n\nb\n"), ["a\n", "b\n"]);
         assert_eq!(training("p\n\nq\n", ""), ["p\n\nq\n"]);
+    }
+
+    #[test]
+    fn one_validation_document_per_file_tail() {
+        assert_eq!(validation(&["a\n\nb\n", "", "c\n"]), ["a\n\nb\n", "c\n"]);
+        assert!(validation(&[""]).is_empty());
     }
 }

@@ -262,7 +262,7 @@ fn run_pack(dir: &std::path::Path, progress: bool) -> train::Result<()> {
         "vocabulary {} tokens, ids as u16 little-endian",
         r.vocab_size
     );
-    for s in &r.splits {
+    for s in r.splits.iter().chain(&r.sources) {
         println!(
             "{:5} {:>9} tokens  {:>5} documents  {:>9} bytes of text ({:.2} bytes/token)  {}",
             s.name,

@@ -56,7 +56,7 @@ fn same_inputs_and_seed_give_identical_files() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names.len(), 11, "{names:?}");
+    assert_eq!(names.len(), 12, "{names:?}"); // with val.small.bin
     for name in &names {
         let (x, y) = (
             std::fs::read(a.join(name)).unwrap(),
@@ -104,7 +104,7 @@ fn packed_tokens_decode_to_the_documents() {
     ];
     for ((name, docs), split) in expected.iter().zip(&report.splits) {
         assert_eq!(split.name, *name);
-        let tokens = read_u16(&out.join(split.file));
+        let tokens = read_u16(&out.join(&split.file));
         assert_eq!(tokens.len(), split.tokens);
         assert_eq!(manifest["splits"][name]["tokens"], split.tokens);
         // BOS doc EOS, back to back.

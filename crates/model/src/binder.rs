@@ -166,6 +166,40 @@ impl<'a> Binder<'a> {
         Ok(m)
     }
 
+    /// `m`, a TQ2_0 matrix, repacked for the ternary kernels
+    /// ([`kernels::ternary`]), its rows as stored then released from
+    /// memory. `None` when planning (the ledger counts the copy all the
+    /// same).
+    pub(crate) fn ternary(
+        &self,
+        name: &str,
+        m: &QMatrix<'a>,
+    ) -> Result<Option<kernels::ternary::TernaryMatrix>, Error> {
+        use kernels::ternary::{TernaryMatrix, TILE_BLOCK_BYTES, TILE_ROWS};
+        let bad = |problem: String| Error::Tensor {
+            name: name.to_string(),
+            problem,
+        };
+        if m.ty() != GgmlType::TQ2_0 {
+            return Err(bad(format!("type {}, expected TQ2_0", m.ty())));
+        }
+        let (rows, blocks) = (m.rows(), m.cols() / gguf::QK_K);
+        let made = rows.div_ceil(TILE_ROWS) * blocks * (TILE_BLOCK_BYTES + 4 * TILE_ROWS);
+        {
+            let mut ledger = self.ledger.borrow_mut();
+            ledger.made += made as u64;
+            ledger.forget(m.data());
+        }
+        if self.plan {
+            return Ok(None);
+        }
+        let w: &[kernels::quant::tq2_0::BlockTQ2_0] = bytemuck::try_cast_slice(m.data())
+            .map_err(|e| bad(format!("TQ2_0 data not castable: {e}")))?;
+        let t = TernaryMatrix::new(rows, m.cols(), w).map_err(|e| bad(e.to_string()))?;
+        self.file.release(m.data());
+        Ok(Some(t))
+    }
+
     /// [`Binder::matrix`] in row tiles where they pay ([`Binder::tiled`]).
     pub(crate) fn weight(
         &self,

@@ -248,6 +248,17 @@ pub struct CachefitConfig {
     pub conv_kernel: usize,
     /// Logit soft cap, 0 for none (`final_logit_softcapping`).
     pub softcap: f32,
+    /// Fixed token codes instead of an embedding table
+    /// (`token_codes.bits`, `token_codes.seed`).
+    pub token_codes: Option<TokenCodes>,
+}
+
+/// The input side of a model with fixed token codes
+/// ([`crate::token_codes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenCodes {
+    pub bits: usize,
+    pub seed: u64,
 }
 
 impl CachefitConfig {

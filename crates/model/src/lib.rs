@@ -34,12 +34,13 @@ mod error;
 mod kv_cache;
 mod memory;
 mod pass;
+pub mod token_codes;
 
 pub use arch::{Model, State, Weights};
 pub use batch::{Logits, StateOptions, Token, DEFAULT_BATCH};
 pub use config::{
-    Activation, Arch, BlockKind, CachefitConfig, Experts, ModelConfig, SlidingWindow, Variant,
-    SUPPORTED_ARCHS,
+    Activation, Arch, BlockKind, CachefitConfig, Experts, ModelConfig, SlidingWindow, TokenCodes,
+    Variant, SUPPORTED_ARCHS,
 };
 pub use error::Error;
 pub use kv_cache::{KvCache, KvType};

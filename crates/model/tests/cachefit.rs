@@ -705,6 +705,26 @@ fn bad_files_get_clear_errors() {
         ));
     });
     assert!(e.contains("blk.0.ffn_up.scale") && e.contains("F32"), "{e}");
+
+    // Token codes: a width that is not whole 64-bit words, a missing seed,
+    // and the tensors a file with codes needs.
+    let e = load_error(Storage::I8, |md, _| {
+        md.set("cachefit.token_codes.bits", Value::U32(100));
+        md.set("cachefit.token_codes.seed", Value::U64(1));
+    });
+    assert!(
+        e.contains("cachefit.token_codes.bits") && e.contains("multiple of 64"),
+        "{e}"
+    );
+    let e = load_error(Storage::I8, |md, _| {
+        md.set("cachefit.token_codes.bits", Value::U32(64));
+    });
+    assert!(e.contains("cachefit.token_codes.seed"), "{e}");
+    let e = load_error(Storage::I8, |md, _| {
+        md.set("cachefit.token_codes.bits", Value::U32(64));
+        md.set("cachefit.token_codes.seed", Value::U64(1));
+    });
+    assert!(e.contains("output.weight") && e.contains("missing"), "{e}");
 }
 
 /// For `cachefit` the captured layers are attention blocks (here 1 and 4

@@ -1,7 +1,8 @@
 //! The `export` stage: a checkpoint to a GGUF file of architecture
 //! `cachefit` (`docs/CACHEFIT-FORMAT.md`): hyper-parameters as metadata,
-//! the BPE vocabulary, matrices as int8 rows with one f32 scale each (or
-//! f32), norms and conv taps f32.
+//! the BPE vocabulary, matrices as int8 rows with one f32 scale each or,
+//! in a ternary network, block matrices as TQ2_0 (or everything f32),
+//! norms and conv taps f32.
 
 use crate::checkpoint;
 use crate::error::{Error, Result};
@@ -15,7 +16,9 @@ use std::path::Path;
 /// How matrices are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatrixType {
-    /// `I8` rows + `F32` scales: what the runtime's int8 kernels read.
+    /// The network's own storage: `I8` rows + `F32` scales (what the
+    /// runtime's int8 kernels read), and `TQ2_0` for the block matrices of
+    /// a ternary network.
     Int8,
     /// The fake-quantized values as `F32` (same numbers, 4× the bytes).
     F32,
@@ -64,6 +67,17 @@ pub fn metadata(net: &NetConfig, vocab: &Vocabulary, name: &str) -> gguf::Metada
         Value::F32(net.softcap),
     );
     md.set(format!("{a}.vocab_size"), u(net.vocab));
+    if net.weights.is_ternary() {
+        // llama.cpp's file type for "mostly TQ2_0", so tools name it so.
+        md.set("general.file_type", Value::U32(37));
+    }
+    if net.token_code_bits > 0 {
+        md.set(format!("{a}.token_codes.bits"), u(net.token_code_bits));
+        md.set(
+            format!("{a}.token_codes.seed"),
+            Value::U64(net.token_code_seed),
+        );
+    }
     for (k, v) in vocab_metadata(vocab) {
         md.set(k, v);
     }
@@ -132,6 +146,27 @@ pub fn write_gguf(
                 .map_err(gg)?;
                 data.push(f32_bytes(src));
             }
+            MatrixType::Int8 if t.ternary => {
+                // `src` holds t·s per block already (fake-quantized): TQ2_0's
+                // rule (d = max|x|, q = round(x/d)) gives back s and t.
+                use kernels::quant::tq2_0::{quantize_row, BlockTQ2_0};
+                let per_row = t.cols / net::TERNARY_BLOCK;
+                let mut blocks =
+                    vec![<BlockTQ2_0 as bytemuck::Zeroable>::zeroed(); t.rows * per_row];
+                for (row, br) in src
+                    .chunks_exact(t.cols)
+                    .zip(blocks.chunks_exact_mut(per_row))
+                {
+                    quantize_row(row, br);
+                }
+                b.add_tensor(TensorSpec {
+                    name: format!("{}.weight", t.name),
+                    dims,
+                    ty: GgmlType::TQ2_0,
+                })
+                .map_err(gg)?;
+                data.push(bytemuck::cast_slice(&blocks).to_vec());
+            }
             MatrixType::Int8 => {
                 let mut q = vec![0i8; t.len()];
                 let mut scales = Vec::with_capacity(t.rows);
@@ -181,7 +216,7 @@ pub fn run(dir: &Path, out: Option<&Path>, ty: MatrixType, name: &str) -> Result
     // the identity on its numbers; without, this is post-training
     // quantization.
     let mut params = vec![0.0f32; l.len];
-    net::fake_quantize(&l, &ck.params, &mut params);
+    net::fake_quantize(&ck.net, &l, &ck.params, &mut params);
     let default = dir.join(paths::MODEL_GGUF);
     let path = out.unwrap_or(&default);
     let source = match ty {
@@ -214,6 +249,19 @@ pub fn read_gguf(path: &Path) -> Result<(NetConfig, Vec<f32>)> {
         Ok(md.get_u64(&format!("cachefit.{k}")).map_err(gg)? as usize)
     };
     let f = |k: &str| -> Result<f32> { md.get_f32(&format!("cachefit.{k}")).map_err(gg) };
+    let code_bits = md
+        .opt("cachefit.token_codes.bits", gguf::Metadata::get_u64)
+        .map_err(gg)?
+        .unwrap_or(0) as usize;
+    let code_seed = md
+        .opt("cachefit.token_codes.seed", gguf::Metadata::get_u64)
+        .map_err(gg)?
+        .unwrap_or(0);
+    // Ternary when the first block's MLP is TQ2_0 (the scale block size
+    // is not needed to read the values back).
+    let ternary = file
+        .tensor_info("blk.0.ffn_up.weight")
+        .is_some_and(|t| t.ty == GgmlType::TQ2_0);
     let net = NetConfig {
         vocab: u("vocab_size")?,
         d: u("embedding_length")?,
@@ -227,6 +275,15 @@ pub fn read_gguf(path: &Path) -> Result<(NetConfig, Vec<f32>)> {
         softcap: f("final_logit_softcapping")?,
         eps: f("attention.layer_norm_rms_epsilon")?,
         rope_base: f("rope.freq_base")?,
+        weights: if ternary {
+            net::WeightFormat::Ternary {
+                block: net::TERNARY_BLOCK,
+            }
+        } else {
+            net::WeightFormat::Int8
+        },
+        token_code_bits: code_bits,
+        token_code_seed: code_seed,
     };
     net.validate()?;
     let l = Layout::new(&net);
@@ -265,6 +322,14 @@ pub fn read_gguf(path: &Path) -> Result<(NetConfig, Vec<f32>)> {
                     *d = qv as i8 as f32 * scales[r];
                 }
             }
+        } else if t.matrix && info.ty == GgmlType::TQ2_0 {
+            use kernels::quant::tq2_0::{dequantize_row, BlockTQ2_0};
+            let blocks: &[BlockTQ2_0] = bytemuck::try_cast_slice(file.tensor_data(info))
+                .map_err(|e| bad(format!("tensor {w}: TQ2_0 data: {e}")))?;
+            if info.n_elements() != t.len() as u64 || blocks.len() * 256 != t.len() {
+                return Err(bad(format!("tensor {w}: expected {} values", t.len())));
+            }
+            dequantize_row(blocks, dst);
         } else {
             dst.copy_from_slice(&f32s(&w, t.len())?);
         }

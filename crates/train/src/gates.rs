@@ -31,6 +31,9 @@ pub struct GateSettings {
     pub prompt_len: usize,
     pub gen_len: usize,
     pub threads: usize,
+    /// Perplexity windows, spread evenly over the validation split (0 =
+    /// all of them).
+    pub windows: usize,
 }
 
 impl Default for GateSettings {
@@ -41,6 +44,7 @@ impl Default for GateSettings {
             prompt_len: 32,
             gen_len: 24,
             threads: 2,
+            windows: 0,
         }
     }
 }
@@ -58,6 +62,11 @@ pub struct GateReport {
     pub prompts: usize,
     pub gen_len: usize,
     pub deterministic: bool,
+    /// The runtime's bits per byte of the scored text (its negative
+    /// log-likelihood over the bytes of the predicted tokens).
+    pub bits_per_byte: f64,
+    /// Bytes of the model file.
+    pub file_bytes: u64,
 }
 
 impl GateReport {
@@ -77,6 +86,8 @@ impl GateReport {
             "greedy_prompts": self.prompts,
             "greedy_tokens_per_prompt": self.gen_len,
             "deterministic": self.deterministic,
+            "bits_per_byte": self.bits_per_byte,
+            "file_bytes": self.file_bytes,
         })
     }
 }
@@ -159,7 +170,13 @@ pub fn run(model_path: &Path, dir: &Path, s: &GateSettings, progress: bool) -> R
     let pool = ThreadPool::new(s.threads.max(1));
 
     // Perplexity: windows of `window + 1` tokens, every next token scored.
-    let windows: Vec<&[u16]> = val.chunks_exact(window + 1).collect();
+    let mut windows: Vec<&[u16]> = val.chunks_exact(window + 1).collect();
+    if s.windows > 0 && s.windows < windows.len() {
+        let all = std::mem::take(&mut windows);
+        windows = (0..s.windows)
+            .map(|i| all[i * all.len() / s.windows])
+            .collect();
+    }
     if windows.is_empty() {
         return Err(Error::Config(format!(
             "val.bin has {} tokens, fewer than one window of {}",
@@ -169,14 +186,23 @@ pub fn run(model_path: &Path, dir: &Path, s: &GateSettings, progress: bool) -> R
     }
     let bar = crate::progress_bar(progress, (windows.len() + s.prompts) as u64, "gates");
     let mut acts = Acts::new(&net, window.max(s.prompt_len + s.gen_len));
+    // The reference is what the trainer computed with: for a ternary
+    // network that includes its inputs quantized as the runtime does.
+    acts.quantize_inputs = true;
+    let vocab = tokenize::Vocab::from_gguf(file.metadata()).map_err(|err| Error::Vocab {
+        path: model_path.to_path_buf(),
+        err,
+    })?;
     let mut st = rt.state(window, true)?;
     let (mut sum_rt, mut sum_ref, mut n) = (0.0f64, 0.0f64, 0usize);
+    let mut bytes = 0usize;
     let mut logits = Vec::new();
     for w in &windows {
         let ids: Vec<u32> = w[..window].iter().map(|&t| t as u32).collect();
         rt.all_logits(&mut st, &pool, &ids, &mut logits);
         for (row, &tgt) in logits.chunks_exact(net.vocab).zip(&w[1..]) {
             sum_rt += nll(row, tgt as u32);
+            bytes += vocab.token_to_piece(tgt as u32, false).len();
         }
         let scores = net::score(&net, &l, &params, w, &mut acts);
         sum_ref += scores.iter().map(|(v, _)| v).sum::<f64>();
@@ -246,6 +272,8 @@ pub fn run(model_path: &Path, dir: &Path, s: &GateSettings, progress: bool) -> R
         prompts: s.prompts,
         gen_len: s.gen_len,
         deterministic,
+        bits_per_byte: sum_rt / std::f64::consts::LN_2 / bytes.max(1) as f64,
+        file_bytes: std::fs::metadata(model_path).map_or(0, |m| m.len()),
     })
 }
 

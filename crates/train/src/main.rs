@@ -68,6 +68,9 @@ struct GatesArgs {
     /// Runtime threads.
     #[arg(short = 't', long, default_value_t = 2)]
     threads: usize,
+    /// Perplexity windows, spread evenly over the validation split (0 = all).
+    #[arg(long, default_value_t = 0)]
+    windows: usize,
     /// Held-out-name passages for the question-answering accuracy.
     #[arg(long, default_value_t = 500)]
     task_passages: usize,
@@ -78,7 +81,8 @@ struct ExportArgs {
     /// Output file (default: model.gguf in the working folder).
     #[arg(long, short)]
     out: Option<PathBuf>,
-    /// Matrix storage: i8 (int8 rows + f32 scales) or f32.
+    /// Matrix storage: i8 (the network's own: int8 rows + f32 scales, and
+    /// TQ2_0 block matrices for a ternary network) or f32.
     #[arg(long = "type", default_value = "i8")]
     ty: String,
     /// general.name in the file.
@@ -111,6 +115,17 @@ struct TrainArgs {
     /// Logit soft cap (0 = none).
     #[arg(long, default_value_t = 30.0)]
     softcap: f32,
+    /// Storage of the block matrices: int8 (one scale per row), ternary
+    /// (TQ2_0, a scale per 256 weights) or ternary-row (one scale per row).
+    #[arg(long, default_value = "int8")]
+    weights: String,
+    /// Fixed token codes of N bits instead of an embedding table (0 = a
+    /// learned table tied to the output head).
+    #[arg(long, default_value_t = 0)]
+    token_codes: usize,
+    /// Seed of the token codes.
+    #[arg(long, default_value_t = 1)]
+    code_seed: u64,
     /// Optimizer steps.
     #[arg(long, default_value_t = TrainConfig::default().steps)]
     steps: usize,
@@ -129,7 +144,7 @@ struct TrainArgs {
     weight_decay: f32,
     #[arg(long, default_value_t = TrainConfig::default().grad_clip)]
     grad_clip: f32,
-    /// Final fraction of the steps trained with int8 fake-quantized weights.
+    /// Final fraction of the steps trained with fake-quantized weights.
     #[arg(long, default_value_t = TrainConfig::default().qat_fraction)]
     qat_fraction: f32,
     /// Validate every N steps.
@@ -291,6 +306,9 @@ fn run_train(a: TrainArgs, dir: &std::path::Path, progress: bool) -> train::Resu
         softcap: a.softcap,
         eps: 1e-6,
         rope_base: 10000.0,
+        weights: train::net::WeightFormat::parse(&a.weights)?,
+        token_code_bits: a.token_codes,
+        token_code_seed: if a.token_codes > 0 { a.code_seed } else { 0 },
     };
     let tc = TrainConfig {
         steps: a.steps,
@@ -356,6 +374,7 @@ fn run_gates(a: GatesArgs, dir: &std::path::Path, progress: bool) -> train::Resu
     let settings = GateSettings {
         prompts: a.prompts,
         threads: a.threads,
+        windows: a.windows,
         ..GateSettings::default()
     };
     let r = gates::run(&model, dir, &settings, progress)?;
@@ -364,6 +383,7 @@ fn run_gates(a: GatesArgs, dir: &std::path::Path, progress: bool) -> train::Resu
     for (k, x) in tasks.to_json().as_object().expect("an object") {
         v[k] = x.clone();
     }
+    v["ppl_windows_asked"] = a.windows.into();
     v["model"] = model.display().to_string().into();
     v["model_sha256"] = train::files::sha256_hex(&train::files::read_bytes(&model)?).into();
     v["commit"] = git_commit().into();
@@ -375,6 +395,10 @@ fn run_gates(a: GatesArgs, dir: &std::path::Path, progress: bool) -> train::Resu
         r.ppl_reference,
         100.0 * r.ppl_rel_diff(),
         r.predictions
+    );
+    println!(
+        "bits per byte (runtime): {:.4}; file {} bytes",
+        r.bits_per_byte, r.file_bytes
     );
     println!(
         "greedy: {:.2}% of {}×{} tokens equal, {:.1}% of prompts identical, \

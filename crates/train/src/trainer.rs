@@ -1,7 +1,8 @@
 //! The `train` stage: AdamW over random windows of `train.bin`, warm-up
 //! then cosine learning rate, global-norm gradient clipping, periodic
 //! validation on `val.bin`, resumable checkpoints, and quantization-aware
-//! training (int8 per-row fake quantization of every matrix with a
+//! training (every matrix fake-quantized to its export storage, int8 per
+//! row or ternary, and the inputs of ternary matrices to Q8_K, all with a
 //! straight-through gradient) for the final part of the run.
 //!
 //! A step's sequences are split across threads, each with its own
@@ -346,8 +347,11 @@ pub fn run(
             })
             .collect();
         let qat = step >= qat_start;
+        for (a, _) in workers.iter_mut() {
+            a.quantize_inputs = qat;
+        }
         let params: &[f32] = if qat {
-            net::fake_quantize(&l, &ck.params, &mut effective);
+            net::fake_quantize(net, &l, &ck.params, &mut effective);
             &effective
         } else {
             &ck.params
@@ -376,7 +380,7 @@ pub fn run(
         let done = ck.step == end;
         if ck.step % tc.eval_every == 0 || done {
             let eval_params: &[f32] = if qat {
-                net::fake_quantize(&l, &ck.params, &mut effective);
+                net::fake_quantize(net, &l, &ck.params, &mut effective);
                 &effective
             } else {
                 &ck.params

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use train::data::{self, DataConfig};
 use train::export::{self, MatrixType};
-use train::net::{self, config::parse_pattern, Acts, Layout, NetConfig};
+use train::net::{self, config::parse_pattern, Acts, Layout, NetConfig, WeightFormat};
 use train::trainer::{self, TrainConfig};
 use train::{bpe, checkpoint, pack, paths};
 
@@ -43,6 +43,9 @@ fn small_net() -> NetConfig {
         softcap: 30.0,
         eps: 1e-6,
         rope_base: 10000.0,
+        weights: WeightFormat::Int8,
+        token_code_bits: 0,
+        token_code_seed: 0,
     }
 }
 
@@ -149,7 +152,7 @@ fn trains_resumes_exports_and_the_runtime_agrees() {
     // Export: int8 holds exactly the fake-quantized numbers; f32 the raw ones.
     let l = Layout::new(&net);
     let mut fq = vec![0.0; l.len];
-    net::fake_quantize(&l, &ca.params, &mut fq);
+    net::fake_quantize(&net, &l, &ca.params, &mut fq);
     let int8 = a.join("model.gguf");
     let r = export::run(&a, Some(&int8), MatrixType::Int8, "test").unwrap();
     assert_eq!(r.step, 40);
@@ -218,5 +221,136 @@ fn trains_resumes_exports_and_the_runtime_agrees() {
     assert!(
         e.contains("checkpoint.bin") && e.contains("truncated"),
         "{e}"
+    );
+}
+
+/// Logits of the runtime reading `path` and of the trainer's forward pass
+/// on `params` (inputs quantized as the runtime does when `quantized`),
+/// over the first 64 validation tokens: the worst difference as a share of
+/// a row's range, and at how many positions the argmax agrees.
+fn runtime_vs_trainer(dir: &Path, path: &Path, net: &NetConfig, params: &[f32]) -> (f32, usize) {
+    let l = Layout::new(net);
+    let file = gguf::GgufFile::open(path).unwrap();
+    let cfg = model::ModelConfig::from_gguf(file.metadata()).unwrap();
+    let model = model::Model::from_gguf(&file, &cfg).unwrap();
+    let opts = model::StateOptions {
+        all_logits: true,
+        n_batch: 64,
+        ..model::StateOptions::new(64)
+    };
+    let mut st = model.new_state(&opts).unwrap();
+    let val = trainer::read_tokens(dir, paths::VAL_BIN, net.vocab).unwrap();
+    let window = &val[..64];
+    let ids: Vec<u32> = window.iter().map(|&t| t as u32).collect();
+    let pool = kernels::pool::ThreadPool::new(2);
+    let rt = st.forward_seq(&pool, &ids, 0, model::Logits::All).to_vec();
+    let mut acts = Acts::new(net, 64);
+    acts.quantize_inputs = true;
+    net::forward(net, &l, params, window, &mut acts);
+    let reference = &acts.logits[..64 * net.vocab];
+    let (mut worst, mut argmax_equal) = (0f32, 0);
+    for (a, b) in rt
+        .chunks_exact(net.vocab)
+        .zip(reference.chunks_exact(net.vocab))
+    {
+        let range =
+            b.iter().cloned().fold(f32::MIN, f32::max) - b.iter().cloned().fold(f32::MAX, f32::min);
+        for (x, y) in a.iter().zip(b) {
+            worst = worst.max((x - y).abs() / range);
+        }
+        let am = |r: &[f32]| {
+            r.iter()
+                .enumerate()
+                .fold(0, |m, (i, &v)| if v > r[m] { i } else { m })
+        };
+        argmax_equal += usize::from(am(a) == am(b));
+    }
+    (worst, argmax_equal)
+}
+
+/// A ternary network with fixed token codes: training from a seed gives a
+/// byte-identical file twice; the file holds TQ2_0 block matrices whose
+/// values are exactly the trainer's; the runtime agrees with the trainer.
+#[test]
+fn ternary_with_token_codes_trains_reproducibly_and_the_runtime_agrees() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    pipeline(&base);
+    let net = NetConfig {
+        d: 256,
+        ffn: 256,
+        n_heads: 4,
+        head_dim: 64,
+        weights: WeightFormat::Ternary { block: 256 },
+        token_code_bits: 128,
+        token_code_seed: 5,
+        ..small_net()
+    };
+    let tc = TrainConfig {
+        steps: 12,
+        qat_fraction: 1.0,
+        lr: 3e-3,
+        eval_every: 6,
+        ..small_train()
+    };
+    let mut files = Vec::new();
+    for run in ["a", "b"] {
+        let d = tmp.path().join(run);
+        copy_inputs(&base, &d);
+        trainer::run(&net, &tc, &d, false, false).unwrap();
+        let path = d.join("model.gguf");
+        export::run(&d, Some(&path), MatrixType::Int8, "test").unwrap();
+        files.push((d, path));
+    }
+    let (da, pa) = &files[0];
+    let bytes = std::fs::read(pa).unwrap();
+    assert!(
+        bytes == std::fs::read(&files[1].1).unwrap(),
+        "two runs differ"
+    );
+
+    let file = gguf::GgufFile::open(pa).unwrap();
+    let ty = |n: &str| file.tensor_info(n).unwrap().ty;
+    assert_eq!(ty("blk.0.conv_gate.weight"), gguf::GgmlType::TQ2_0);
+    assert_eq!(ty("blk.1.attn_qkv.weight"), gguf::GgmlType::TQ2_0);
+    assert_eq!(ty("token_proj.weight"), gguf::GgmlType::I8);
+    assert_eq!(ty("output.weight"), gguf::GgmlType::I8);
+    assert!(file.tensor_info("token_embd.weight").is_none());
+
+    let ck = checkpoint::load(&da.join(paths::CHECKPOINT)).unwrap();
+    let l = Layout::new(&net);
+    let mut fq = vec![0.0; l.len];
+    net::fake_quantize(&net, &l, &ck.params, &mut fq);
+    let (net2, read) = export::read_gguf(pa).unwrap();
+    assert_eq!(
+        (
+            net2.token_code_bits,
+            net2.token_code_seed,
+            net2.weights.is_ternary()
+        ),
+        (128, 5, true)
+    );
+    for t in &l.tensors {
+        let bad = t.range().find(|&i| read[i].to_bits() != fq[i].to_bits());
+        assert!(
+            bad.is_none(),
+            "{}[{}]: {} vs {}",
+            t.name,
+            bad.unwrap() - t.offset,
+            read[bad.unwrap()],
+            fq[bad.unwrap()]
+        );
+    }
+
+    let (worst, argmax_equal) = runtime_vs_trainer(da, pa, &net, &read);
+    // Both quantize the same inputs the same way; the int8 head's pair
+    // activations and the summation order are what differ.
+    assert!(
+        worst < 0.01,
+        "worst logit difference {worst} of the row's range"
+    );
+    assert!(
+        argmax_equal >= 62,
+        "argmax equal at {argmax_equal}/64 positions"
     );
 }

@@ -10,6 +10,7 @@ use super::ops::{self, AttnShape};
 struct BlockActs {
     x_in: Vec<f32>,  // t×d residual entering the block
     h: Vec<f32>,     // t×d normed
+    hq: Vec<f32>,    // t×d h as the conv gate's quantized input (ternary QAT)
     rinv1: Vec<f32>, // t
     // conv
     g: Vec<f32>, // t×d gate pre-activation
@@ -32,6 +33,17 @@ struct BlockActs {
 pub struct Acts {
     max_t: usize,
     t: usize,
+    /// Quantize the inputs of ternary matrices as the runtime does (Q8_K,
+    /// straight-through gradient): on with fake-quantized weights.
+    pub quantize_inputs: bool,
+    /// For the gradient checks: record what quantization added to each
+    /// input (`Some(empty)`), or add recorded offsets instead of
+    /// quantizing (`Some(full)` with `replay`), which makes the
+    /// straight-through estimator's surrogate `x + const` differentiable.
+    pub offsets: Option<Vec<Vec<f32>>>,
+    pub replay: bool,
+    codes: Vec<f32>,  // t×bits: the tokens' ±1 codes
+    dcodes: Vec<f32>, // t×bits: scratch (their gradient is not used)
     blocks: Vec<BlockActs>,
     x: Vec<f32>,       // t×d residual
     x_final: Vec<f32>, // t×d
@@ -65,6 +77,11 @@ impl Acts {
                 BlockActs {
                     x_in: z(t * d),
                     h: z(t * d),
+                    hq: z(if conv && c.weights.is_ternary() {
+                        t * d
+                    } else {
+                        0
+                    }),
                     rinv1: z(t),
                     g: z(if conv { t * d } else { 0 }),
                     c: z(if conv { t * d } else { 0 }),
@@ -82,9 +99,15 @@ impl Acts {
             })
             .collect();
         let wide = d.max(c.qkv_dim()).max(c.q_dim());
+        let bits = c.token_code_bits;
         Acts {
             max_t,
             t: 0,
+            quantize_inputs: false,
+            offsets: None,
+            replay: false,
+            codes: z(t * bits),
+            dcodes: z(t * bits),
             blocks,
             x: z(t * d),
             x_final: z(t * d),
@@ -120,9 +143,49 @@ pub fn forward(c: &NetConfig, l: &Layout, p: &[f32], tokens: &[u16], acts: &mut 
     acts.t = t;
     let (d, f) = (c.d, c.ffn);
     let embd = l.get(p, l.embd);
-    for (row, &tok) in acts.x[..t * d].chunks_exact_mut(d).zip(tokens) {
-        row.copy_from_slice(&embd[tok as usize * d..(tok as usize + 1) * d]);
+    if l.code_bits > 0 {
+        // x = P · code(token), one product for the whole sequence.
+        let bits = l.code_bits;
+        for (row, &tok) in acts.codes[..t * bits].chunks_exact_mut(bits).zip(tokens) {
+            model::token_codes::code_signs(c.token_code_seed, tok as u32, row);
+        }
+        ops::linear(
+            &acts.codes[..t * bits],
+            embd,
+            t,
+            bits,
+            d,
+            &mut acts.x[..t * d],
+        );
+    } else {
+        for (row, &tok) in acts.x[..t * d].chunks_exact_mut(d).zip(tokens) {
+            row.copy_from_slice(&embd[tok as usize * d..(tok as usize + 1) * d]);
+        }
     }
+    // Inputs of ternary matrices as the runtime quantizes them.
+    let qin = acts.quantize_inputs && c.weights.is_ternary();
+    let mut site = 0;
+    let offsets = &mut acts.offsets;
+    let replay = acts.replay;
+    let mut quant = |x: &mut [f32]| {
+        if !qin {
+            return;
+        }
+        match offsets {
+            Some(log) if replay => {
+                for (v, o) in x.iter_mut().zip(&log[site]) {
+                    *v += o;
+                }
+            }
+            Some(log) => {
+                let before = x.to_vec();
+                super::q8k_round_trip(x);
+                log.push(x.iter().zip(&before).map(|(q, v)| q - v).collect());
+            }
+            None => super::q8k_round_trip(x),
+        }
+        site += 1;
+    };
     let td = t * d;
     for (bp, ba) in l.blocks.iter().zip(&mut acts.blocks) {
         ba.x_in[..td].copy_from_slice(&acts.x[..td]);
@@ -138,7 +201,15 @@ pub fn forward(c: &NetConfig, l: &Layout, p: &[f32], tokens: &[u16], acts: &mut 
         match bp.kind {
             BlockKind::Conv => {
                 let [gate, taps, out] = bp.mix;
-                ops::linear(&ba.h[..td], l.get(p, gate), t, d, d, &mut ba.g[..td]);
+                // The convolution reads h unquantized; the gate's input may be.
+                let gate_in = if qin {
+                    ba.hq[..td].copy_from_slice(&ba.h[..td]);
+                    quant(&mut ba.hq[..td]);
+                    &ba.hq[..td]
+                } else {
+                    &ba.h[..td]
+                };
+                ops::linear(gate_in, l.get(p, gate), t, d, d, &mut ba.g[..td]);
                 ops::causal_conv(
                     &ba.h[..td],
                     l.get(p, taps),
@@ -147,6 +218,7 @@ pub fn forward(c: &NetConfig, l: &Layout, p: &[f32], tokens: &[u16], acts: &mut 
                     &mut ba.c[..td],
                 );
                 ops::swiglu(&ba.g[..td], &ba.c[..td], &mut ba.u[..td]);
+                quant(&mut ba.u[..td]);
                 ops::linear(&ba.u[..td], l.get(p, out), t, d, d, mixed);
             }
             BlockKind::Attn => {
@@ -154,6 +226,7 @@ pub fn forward(c: &NetConfig, l: &Layout, p: &[f32], tokens: &[u16], acts: &mut 
                 let s = shape(c, t);
                 let w = s.width();
                 let qkv = &mut ba.qkv[..t * w];
+                quant(&mut ba.h[..td]); // only the qkv product reads h here
                 ops::linear(&ba.h[..td], l.get(p, qkv_w), t, d, w, qkv);
                 ops::rope(qkv, w, 0, c.n_heads, c.head_dim, &acts.rope, false);
                 ops::rope(
@@ -168,6 +241,7 @@ pub fn forward(c: &NetConfig, l: &Layout, p: &[f32], tokens: &[u16], acts: &mut 
                 let probs = &mut ba.probs[..c.n_heads * t * t];
                 // probs is laid out heads × t × t for this t.
                 ops::attention(qkv, s, probs, &mut ba.ao[..t * c.q_dim()]);
+                quant(&mut ba.ao[..t * c.q_dim()]);
                 ops::linear(
                     &ba.ao[..t * c.q_dim()],
                     l.get(p, out),
@@ -189,6 +263,7 @@ pub fn forward(c: &NetConfig, l: &Layout, p: &[f32], tokens: &[u16], acts: &mut 
             &mut ba.h2[..td],
             &mut ba.rinv2[..t],
         );
+        quant(&mut ba.h2[..td]);
         let tf = t * f;
         ops::linear(
             &ba.h2[..td],
@@ -200,6 +275,7 @@ pub fn forward(c: &NetConfig, l: &Layout, p: &[f32], tokens: &[u16], acts: &mut 
         );
         ops::linear(&ba.h2[..td], l.get(p, bp.ffn_up), t, d, f, &mut ba.b[..tf]);
         ops::swiglu(&ba.a[..tf], &ba.b[..tf], &mut ba.m[..tf]);
+        quant(&mut ba.m[..tf]);
         let down = &mut acts.dh[..td];
         ops::linear(&ba.m[..tf], l.get(p, bp.ffn_down), t, f, d, down);
         for (xv, mv) in acts.x[..td].iter_mut().zip(down.iter()) {
@@ -215,7 +291,7 @@ pub fn forward(c: &NetConfig, l: &Layout, p: &[f32], tokens: &[u16], acts: &mut 
         &mut acts.rinvf[..t],
     );
     let logits = &mut acts.logits[..t * c.vocab];
-    ops::linear(&acts.hf[..td], embd, t, d, c.vocab, logits);
+    ops::linear(&acts.hf[..td], l.get(p, l.head), t, d, c.vocab, logits);
     ops::softcap(logits, c.softcap);
 }
 
@@ -251,6 +327,7 @@ pub fn backward(
     assert_eq!(targets.len(), t, "backward: one target per token");
     let (d, f) = (c.d, c.ffn);
     let td = t * d;
+    let qin = acts.quantize_inputs && c.weights.is_ternary();
     let loss = ops::cross_entropy_backward(
         &mut acts.logits[..t * c.vocab],
         targets,
@@ -259,18 +336,19 @@ pub fn backward(
         scale,
     );
     let embd_range = l.tensors[l.embd].range();
-    // Output projection (tied): dhf = dz·E, dE += dzᵀ·hf.
+    let head_range = l.tensors[l.head].range();
+    // Output head (the embedding when tied): dhf = dz·H, dH += dzᵀ·hf.
     let dhf = &mut acts.dh[..td];
     dhf.fill(0.0);
     ops::linear_backward(
         &acts.hf[..td],
-        &p[embd_range.clone()],
+        &p[head_range.clone()],
         &acts.logits[..t * c.vocab],
         t,
         d,
         c.vocab,
         dhf,
-        &mut grad[embd_range.clone()],
+        &mut grad[head_range],
     );
     let dx = &mut acts.dx[..td];
     dx.fill(0.0);
@@ -317,7 +395,9 @@ pub fn backward(
                 let (dg, dc) = (&mut acts.dmix2[..td], &mut acts.df1[..td]);
                 ops::swiglu_backward(&ba.g[..td], &ba.c[..td], du, dg, dc);
                 let r = l.tensors[gate].range();
-                ops::linear_backward(&ba.h[..td], &p[r.clone()], dg, t, d, d, dh, &mut grad[r]);
+                // The gate read the quantized copy of h when there was one.
+                let gate_in = if qin { &ba.hq[..td] } else { &ba.h[..td] };
+                ops::linear_backward(gate_in, &p[r.clone()], dg, t, d, d, dh, &mut grad[r]);
                 let r = l.tensors[taps].range();
                 ops::causal_conv_backward(
                     &ba.h[..td],
@@ -371,6 +451,14 @@ pub fn backward(
             dx,
             &mut grad[r],
         );
+    }
+    if l.code_bits > 0 {
+        // x = P · code: dP += dxᵀ · codes.
+        let bits = l.code_bits;
+        let (ge, pe) = (&mut grad[embd_range.clone()], &p[embd_range]);
+        let dcodes = &mut acts.dcodes[..t * bits];
+        ops::linear_backward(&acts.codes[..t * bits], pe, dx, t, bits, d, dcodes, ge);
+        return loss;
     }
     // Embedding lookup.
     let ge = &mut grad[embd_range];

@@ -10,7 +10,7 @@ pub mod config;
 pub mod forward;
 pub mod ops;
 
-pub use config::{BlockKind, Layout, NetConfig};
+pub use config::{BlockKind, Layout, NetConfig, WeightFormat, TERNARY_BLOCK};
 pub use forward::{backward, forward, Acts};
 
 use crate::rng::Rng;
@@ -70,14 +70,46 @@ pub fn quantize_row(row: &[f32], q: &mut [i8]) -> f32 {
     scale
 }
 
-/// Replace every matrix row by its int8 round trip (`q · scale`); other
-/// tensors are copied. `out` = what the runtime will compute with.
-pub fn fake_quantize(l: &Layout, params: &[f32], out: &mut [f32]) {
+/// Ternary quantization of one row (BitNet b1.58's absmean rule): each run
+/// of `block` weights (the whole row when 0) gets `s = mean|w|` rounded to
+/// f16 (as TQ2_0 stores it), then `t = round(w / s)` clamped to −1..=1.
+/// Writes `t · s` to `out`: the values the runtime computes with.
+pub fn ternary_round_trip(row: &[f32], block: usize, out: &mut [f32]) {
+    let block = if block == 0 { row.len() } else { block };
+    for (src, dst) in row.chunks(block).zip(out.chunks_mut(block)) {
+        let mean = src.iter().map(|v| v.abs() as f64).sum::<f64>() / src.len() as f64;
+        let s = half::f16::from_f32(mean as f32).to_f32();
+        if s == 0.0 {
+            dst.fill(0.0);
+            continue;
+        }
+        for (d, &w) in dst.iter_mut().zip(src) {
+            let t = (w / s).round().clamp(-1.0, 1.0);
+            // +0 for a zero trit (not −0): what the file gives back.
+            *d = if t == 0.0 { 0.0 } else { t * s };
+        }
+    }
+}
+
+/// Replace every matrix row by its round trip through the storage the
+/// export writes (int8 per row, or ternary for block matrices of a ternary
+/// network); other tensors are copied. `out` = what the runtime will
+/// compute with.
+pub fn fake_quantize(c: &NetConfig, l: &Layout, params: &[f32], out: &mut [f32]) {
     let mut q = Vec::new();
     for t in &l.tensors {
         let (src, dst) = (&params[t.range()], &mut out[t.range()]);
         if !t.matrix {
             dst.copy_from_slice(src);
+            continue;
+        }
+        if t.ternary {
+            let WeightFormat::Ternary { block } = c.weights else {
+                unreachable!("a ternary tensor in a {} network", c.weights.name())
+            };
+            for (s, d) in src.chunks_exact(t.cols).zip(dst.chunks_exact_mut(t.cols)) {
+                ternary_round_trip(s, block, d);
+            }
             continue;
         }
         q.resize(t.cols, 0i8);
@@ -87,6 +119,19 @@ pub fn fake_quantize(l: &Layout, params: &[f32], out: &mut [f32]) {
                 *dv = qv as f32 * scale;
             }
         }
+    }
+}
+
+/// Replace each run of [`TERNARY_BLOCK`] values of `x` by its Q8_K round
+/// trip, with the runtime's own quantizer: the inputs of ternary matrices
+/// as the runtime's `TQ2_0 × Q8_K` kernels see them. `x.len()` must be a
+/// multiple of the block.
+pub fn q8k_round_trip(x: &mut [f32]) {
+    use kernels::quant::q8_k::{dequantize_row, quantize_row, BlockQ8K};
+    let mut b = [<BlockQ8K as bytemuck::Zeroable>::zeroed()];
+    for chunk in x.chunks_exact_mut(TERNARY_BLOCK) {
+        quantize_row(chunk, &mut b);
+        dequantize_row(&b, chunk);
     }
 }
 

@@ -1,6 +1,6 @@
 //! The `cachefit.*` metadata keys (docs/CACHEFIT-FORMAT.md, "Metadata").
 
-use crate::config::{Arch, BlockKind, CachefitConfig, ModelConfig, Variant};
+use crate::config::{Arch, BlockKind, CachefitConfig, ModelConfig, TokenCodes, Variant};
 use crate::Error;
 use gguf::Metadata;
 use kernels::ops::{RopeLayout, RopeParams};
@@ -82,6 +82,20 @@ pub(crate) fn read(md: &Metadata) -> Result<ModelConfig, Error> {
         Some(v) => v as usize,
         None => md.get_array("tokenizer.ggml.tokens")?.1.len(),
     };
+    let token_codes = match md.opt(&key("token_codes.bits"), Metadata::get_u64)? {
+        None => None,
+        Some(bits) => {
+            let bits = bits as usize;
+            if bits == 0 || !bits.is_multiple_of(64) || bits > 4096 {
+                return Err(bad(
+                    "token_codes.bits",
+                    format!("{bits}: must be a positive multiple of 64 up to 4096"),
+                ));
+            }
+            let seed = md.get_u64(&key("token_codes.seed"))?;
+            Some(TokenCodes { bits, seed })
+        }
+    };
     Ok(ModelConfig {
         arch: Arch::Cachefit,
         n_layers,
@@ -101,6 +115,7 @@ pub(crate) fn read(md: &Metadata) -> Result<ModelConfig, Error> {
             blocks,
             conv_kernel,
             softcap,
+            token_codes,
         }),
     })
 }

@@ -17,4 +17,4 @@ pub use crate::config::{BlockKind, CachefitConfig};
 pub(crate) use config::read as read_config;
 pub(crate) use pass::memory;
 pub use pass::State;
-pub use weights::{Activations, Block, Matrix, Mixer, Weights, TOKENS_PER_PASS};
+pub use weights::{Activations, Block, Input, Matrix, Mixer, Weights, TOKENS_PER_PASS};

@@ -46,7 +46,7 @@
 //! (continuing, or after the server truncated a slot to a common prefix),
 //! and a batch at position 0 needs no reset.
 
-use super::weights::{Activations, Block, Matrix, Mixer, Weights, TOKENS_PER_PASS};
+use super::weights::{Activations, Block, Input, Matrix, Mixer, Weights, TOKENS_PER_PASS};
 use crate::attention::{attend_columns, Scale};
 use crate::batch::{check_batch, Batch, StateOptions, Token};
 use crate::capture::Capture;
@@ -54,6 +54,7 @@ use crate::config::{BlockKind, ModelConfig};
 use crate::kv_cache::{KvCache, KvType};
 use crate::memory::MemoryEstimate;
 use crate::pass::{Outputs, Pass};
+use crate::token_codes;
 use crate::Error;
 use kernels::matmul::MatmulScratch;
 use kernels::ops;
@@ -88,6 +89,7 @@ struct Lane {
     logits: Vec<f32>,   // (its logit rows, vocab)
     out: Vec<usize>,    // for each of its logit rows: the row of the call's output
     capture: Capture,   // its tokens' captured rows, in `toks` order
+    codes: Vec<f32>,    // (n_batch, code bits) ±1 token codes, if the model has them
 }
 
 /// Two lanes: at most two groups of sequences run at once.
@@ -336,6 +338,10 @@ impl Lane {
         let (d, nb, n_ctx) = (cfg.dim, o.n_batch.max(1), o.n_ctx);
         let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
         let wide = d.max(cfg.ffn_dim);
+        let code_bits = match &w.input {
+            Input::Codes { codes, .. } => codes.bits,
+            Input::Tied => 0,
+        };
         let mut lane = Lane {
             x: vec![0.0; nb * d],
             h: vec![0.0; nb * d],
@@ -345,7 +351,7 @@ impl Lane {
             heads: vec![0.0; nb * q_dim],
             proj: vec![0.0; nb * d],
             scores: vec![0.0; cfg.n_heads / cfg.n_kv_heads * vecops::scores_len(n_ctx)],
-            xq: Activations::with_capacity(wide.max(q_dim)),
+            xq: Activations::with_capacity(wide.max(q_dim).max(code_bits)),
             scratch: MatmulScratch::new(),
             serial: ThreadPool::new(1),
             toks: Vec::with_capacity(nb),
@@ -353,6 +359,7 @@ impl Lane {
             logits: vec![0.0; o.logit_rows() * cfg.vocab_size],
             out: Vec::with_capacity(o.logit_rows()),
             capture: Capture::new(cfg.n_layers, nb, q_dim, kv_dim),
+            codes: vec![0.0; nb * code_bits],
         };
         // Size the float matrices' activation scratch now, so the first
         // call allocates nothing either.
@@ -361,7 +368,11 @@ impl Lane {
                 lane.scratch.reserve(q, 1);
             }
         };
-        float(&w.token_embd);
+        float(&w.head);
+        if let Input::Codes { proj, codes } = &w.input {
+            float(proj);
+            debug_assert_eq!(lane.codes.len(), nb * codes.bits);
+        }
         for b in &w.blocks {
             let (m0, m1) = match &b.mixer {
                 Mixer::Conv { gate, out, .. } => (gate, out),
@@ -386,8 +397,24 @@ impl Lane {
             });
         }
         let (n, d, eps) = (self.toks.len(), ctx.cfg.dim, ctx.cfg.norm_eps);
-        for (xt, t) in self.x[..n * d].chunks_exact_mut(d).zip(&self.tokens) {
-            ctx.w.token_embd.row(t.id as usize, xt); // embed
+        match &ctx.w.input {
+            Input::Tied => {
+                for (xt, t) in self.x[..n * d].chunks_exact_mut(d).zip(&self.tokens) {
+                    ctx.w.head.row(t.id as usize, xt); // embed
+                }
+            }
+            Input::Codes { proj, codes } => {
+                // x = proj · code(token): ±1 codes quantize exactly.
+                let bits = codes.bits;
+                for (ct, t) in self.codes[..n * bits]
+                    .chunks_exact_mut(bits)
+                    .zip(&self.tokens)
+                {
+                    token_codes::code_signs(codes.seed, t.id, ct);
+                }
+                let (c, x) = (&self.codes[..n * bits], &mut self.x[..n * d]);
+                project(&self.serial, proj, c, x, &mut self.xq, &mut self.scratch);
+            }
         }
         let (mut ci, mut ai) = (0, 0); // index among conv / attention blocks
         for (b, block) in ctx.w.blocks.iter().enumerate().take(ctx.last + 1) {
@@ -571,7 +598,7 @@ impl Lane {
         ops::add_inplace(x, proj);
     }
 
-    /// logits = softcap(E · rmsnorm(x)), for the call's rows asked for that
+    /// logits = softcap(H · rmsnorm(x)) (H the head), for the call's rows asked for that
     /// this lane ran, `(its rows, vocab)`.
     fn head(&mut self, ctx: &Shared<'_>) {
         let (d, v, w) = (ctx.cfg.dim, ctx.cfg.vocab_size, ctx.w);
@@ -592,7 +619,7 @@ impl Lane {
         let (h, logits) = (&self.h[..m * d], &mut self.logits[..m * v]);
         project(
             &self.serial,
-            &w.token_embd,
+            &w.head,
             h,
             logits,
             &mut self.xq,

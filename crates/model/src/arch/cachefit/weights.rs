@@ -1,16 +1,20 @@
 //! A `cachefit` file's tensors bound in place (docs/CACHEFIT-FORMAT.md,
 //! "Tensors"). A matrix `NAME` is `NAME.weight` of type I8 plus its
 //! per-row `NAME.scale` (F32), or `NAME.weight` alone in a float or ggml
-//! block type the kernels compute with (F32 as the exporter writes it).
+//! block type the kernels compute with (F32 as the exporter writes it;
+//! TQ2_0 block matrices of a ternary network, repacked for the ternary
+//! kernels).
 
 use crate::binder::Binder;
-use crate::config::{BlockKind, ModelConfig};
+use crate::config::{BlockKind, ModelConfig, TokenCodes};
 use crate::Error;
 use gguf::GgmlType;
 use kernels::int8::{self, I8Matrix, I8Vector};
 use kernels::matmul::{matvec, MatmulScratch};
 use kernels::matrix::QMatrix;
 use kernels::pool::ThreadPool;
+use kernels::quant::q8_k::BlockQ8K;
+use kernels::ternary::{self, TernaryMatrix};
 use std::borrow::Cow;
 
 /// Tokens whose activations go through a matrix together: the int8
@@ -25,11 +29,21 @@ pub const TOKENS_PER_PASS: usize = 4;
 /// at ~1% of steps on the shipped model (near-ties of a high-entropy
 /// model), with the pair at <0.1%. Costs two integer dot products per row,
 /// both exact, from one read of the weights.
+///
+/// Ternary matrices read another form, Q8_K blocks (what their trainer
+/// computed with). Each form is made on first use after
+/// [`Activations::quantize`], so an input read only by ternary matrices
+/// never pays for the int8 pair, nor one read only by int8 ones for Q8_K.
 pub struct Activations {
     hi: Vec<I8Vector>,
     lo: Vec<I8Vector>,
-    /// Tokens quantized by the last [`Activations::quantize`].
+    /// Per token, `cols / 256` Q8_K blocks.
+    q8k: Vec<Vec<BlockQ8K>>,
+    /// Tokens of the last [`Activations::quantize`].
     n: usize,
+    /// Which forms are up to date with it.
+    pairs_ready: bool,
+    q8k_ready: bool,
     /// Scratch: what `hi` leaves over.
     rest: Vec<f32>,
 }
@@ -43,16 +57,22 @@ impl Activations {
                 .map(|_| I8Vector::with_capacity(cols))
                 .collect()
         };
+        let blocks = cols.div_ceil(gguf::QK_K);
+        let zero = <BlockQ8K as bytemuck::Zeroable>::zeroed();
         Activations {
             hi: v(),
             lo: v(),
+            q8k: (0..TOKENS_PER_PASS).map(|_| vec![zero; blocks]).collect(),
             n: 0,
+            pairs_ready: false,
+            q8k_ready: false,
             rest: vec![0.0; cols],
         }
     }
 
-    /// Quantize the rows of `xs`, `(n, cols)` with `n <=`
-    /// [`TOKENS_PER_PASS`].
+    /// Take the rows of `xs`, `(n, cols)` with `n <=` [`TOKENS_PER_PASS`],
+    /// as the next input: the products that follow read them (each form
+    /// quantized once, when first needed).
     pub fn quantize(&mut self, xs: &[f32], cols: usize) {
         let n = xs.len() / cols;
         assert!(
@@ -60,13 +80,37 @@ impl Activations {
             "Activations::quantize: {} values are not up to {TOKENS_PER_PASS} rows of {cols}",
             xs.len()
         );
+        self.n = n;
+        self.pairs_ready = false;
+        self.q8k_ready = false;
+    }
+
+    /// The int8 pairs of `xs` (the rows given to the last `quantize`).
+    fn pairs(&mut self, xs: &[f32], cols: usize) {
+        if self.pairs_ready {
+            return;
+        }
         if self.rest.len() < cols {
             self.rest.resize(cols, 0.0);
         }
         for ((x, hi), lo) in xs.chunks_exact(cols).zip(&mut self.hi).zip(&mut self.lo) {
             int8::quantize_pair(x, hi, lo, &mut self.rest);
         }
-        self.n = n;
+        self.pairs_ready = true;
+    }
+
+    /// The Q8_K blocks of `xs` (`cols` a multiple of 256).
+    fn q8k(&mut self, xs: &[f32], cols: usize) {
+        if self.q8k_ready {
+            return;
+        }
+        let blocks = cols / gguf::QK_K;
+        let zero = <BlockQ8K as bytemuck::Zeroable>::zeroed();
+        for (x, q) in xs.chunks_exact(cols).zip(&mut self.q8k) {
+            q.resize(blocks, zero);
+            ternary::quantize_activation(x, &mut q[..blocks]);
+        }
+        self.q8k_ready = true;
     }
 }
 
@@ -76,6 +120,8 @@ pub enum Matrix<'a> {
     Int8(I8Matrix<'a>),
     /// Any type with ggml-style kernels (F32 in practice).
     Float(QMatrix<'a>),
+    /// TQ2_0 rows repacked for the ternary kernels.
+    Ternary(TernaryMatrix),
 }
 
 impl Matrix<'_> {
@@ -83,6 +129,7 @@ impl Matrix<'_> {
         match self {
             Matrix::Int8(m) => m.rows(),
             Matrix::Float(m) => m.rows(),
+            Matrix::Ternary(m) => m.rows(),
         }
     }
 
@@ -90,6 +137,7 @@ impl Matrix<'_> {
         match self {
             Matrix::Int8(m) => m.cols(),
             Matrix::Float(m) => m.cols(),
+            Matrix::Ternary(m) => m.cols(),
         }
     }
 
@@ -98,14 +146,17 @@ impl Matrix<'_> {
         match self {
             Matrix::Int8(m) => m.bytes(),
             Matrix::Float(m) => m.data().len(),
+            Matrix::Ternary(m) => m.bytes(),
         }
     }
 
-    /// Row `r` as floats (an embedding lookup).
+    /// Row `r` as floats (an embedding lookup). Only the embedding is
+    /// read by row, and it is never bound as ternary.
     pub fn row(&self, r: usize, out: &mut [f32]) {
         match self {
             Matrix::Int8(m) => m.dequantize_row(r, out),
             Matrix::Float(m) => (m.traits().to_float)(m.row(r), out),
+            Matrix::Ternary(_) => unreachable!("a ternary matrix read by row"),
         }
     }
 
@@ -132,6 +183,7 @@ impl Matrix<'_> {
                     xs.len(),
                     ys.len()
                 );
+                xq.pairs(xs, cols);
                 let Activations { hi, lo, .. } = xq;
                 // (hi₀, lo₀, hi₁, lo₁, …): one pass over the weights for
                 // all of them, each pair's two products added in the kernel.
@@ -142,6 +194,19 @@ impl Matrix<'_> {
             Matrix::Float(m) => {
                 for (x, y) in xs.chunks_exact(cols).zip(ys.chunks_exact_mut(rows)) {
                     matvec(pool, m, x, y, scratch);
+                }
+            }
+            Matrix::Ternary(m) => {
+                let n = xq.n;
+                assert!(
+                    xs.len() == n * cols && ys.len() == n * rows,
+                    "Matrix::matvecs: {n} quantized rows, {} inputs, {} outputs",
+                    xs.len(),
+                    ys.len()
+                );
+                xq.q8k(xs, cols);
+                for (q, y) in xq.q8k.iter().zip(ys.chunks_exact_mut(rows)) {
+                    m.matvec(pool, q, y);
                 }
             }
         }
@@ -172,9 +237,20 @@ pub struct Block<'a> {
     pub ffn_down: Matrix<'a>,     // (dim, ffn_dim)
 }
 
+/// How a token becomes the first residual vector.
+pub enum Input<'a> {
+    /// A row of the embedding table, which is also the output head.
+    Tied,
+    /// `proj · code(token)`: `proj` is `(dim, bits)`, the code the token's
+    /// fixed ±1 string ([`crate::token_codes`]).
+    Codes { proj: Matrix<'a>, codes: TokenCodes },
+}
+
 pub struct Weights<'a> {
-    /// `(vocab, dim)`; also the output head (tied).
-    pub token_embd: Matrix<'a>,
+    /// The output head, `(vocab, dim)`: `token_embd` (tied to the input)
+    /// or, with token codes, `output`.
+    pub head: Matrix<'a>,
+    pub input: Input<'a>,
     pub blocks: Vec<Block<'a>>,
     pub output_norm: Cow<'a, [f32]>, // (dim,)
     /// Taps of each convolution, `K`.
@@ -199,26 +275,37 @@ impl<'a> Weights<'a> {
             let n = |s: &str| format!("blk.{i}.{s}");
             let mixer = match kind {
                 BlockKind::Conv => Mixer::Conv {
-                    gate: matrix(b, &n("conv_gate"), d, d)?,
+                    gate: block_matrix(b, &n("conv_gate"), d, d)?,
                     taps: taps(b, &n("conv_taps.weight"), d, k)?,
-                    out: matrix(b, &n("conv_out"), d, d)?,
+                    out: block_matrix(b, &n("conv_out"), d, d)?,
                 },
                 BlockKind::Attn => Mixer::Attn {
-                    qkv: matrix(b, &n("attn_qkv"), qkv_rows, d)?,
-                    out: matrix(b, &n("attn_output"), d, cfg.q_dim())?,
+                    qkv: block_matrix(b, &n("attn_qkv"), qkv_rows, d)?,
+                    out: block_matrix(b, &n("attn_output"), d, cfg.q_dim())?,
                 },
             };
             blocks.push(Block {
                 attn_norm: b.vector(&n("attn_norm.weight"), d)?,
                 mixer,
                 ffn_norm: b.vector(&n("ffn_norm.weight"), d)?,
-                ffn_gate: matrix(b, &n("ffn_gate"), f, d)?,
-                ffn_up: matrix(b, &n("ffn_up"), f, d)?,
-                ffn_down: matrix(b, &n("ffn_down"), d, f)?,
+                ffn_gate: block_matrix(b, &n("ffn_gate"), f, d)?,
+                ffn_up: block_matrix(b, &n("ffn_up"), f, d)?,
+                ffn_down: block_matrix(b, &n("ffn_down"), d, f)?,
             });
         }
+        let (head, input) = match cf.token_codes {
+            None => (matrix(b, "token_embd", cfg.vocab_size, d)?, Input::Tied),
+            Some(codes) => (
+                matrix(b, "output", cfg.vocab_size, d)?,
+                Input::Codes {
+                    proj: matrix(b, "token_proj", d, codes.bits)?,
+                    codes,
+                },
+            ),
+        };
         Ok(Weights {
-            token_embd: matrix(b, "token_embd", cfg.vocab_size, d)?,
+            head,
+            input,
             blocks,
             output_norm: b.vector("output_norm.weight", d)?,
             conv_kernel: k,
@@ -235,9 +322,12 @@ impl<'a> Weights<'a> {
     }
 
     /// Bytes of weights one token reads: every matrix, the tied embedding
-    /// once (as the output head).
+    /// once (as the output head; a row read as the input is negligible).
     pub fn bytes_per_token(&self) -> usize {
-        let mut n = self.token_embd.bytes();
+        let mut n = self.head.bytes();
+        if let Input::Codes { proj, .. } = &self.input {
+            n += proj.bytes();
+        }
         for bl in &self.blocks {
             let (a, b) = match &bl.mixer {
                 Mixer::Conv { gate, out, .. } => (gate, out),
@@ -273,6 +363,33 @@ fn taps(b: &Binder<'_>, name: &str, d: usize, k: usize) -> Result<Vec<f32>, Erro
         }
     }
     Ok(out)
+}
+
+/// A block's matrix: as [`matrix`], and a TQ2_0 one repacked for the
+/// ternary kernels (kept as stored when only planning the budget).
+fn block_matrix<'a>(
+    b: &Binder<'a>,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<Matrix<'a>, Error> {
+    let m = matrix(b, name, rows, cols)?;
+    // The repacked kernels are x86 SIMD; elsewhere (NEON, scalar) the
+    // generic TQ2_0 dots are the faster ones.
+    let simd = matches!(
+        kernels::selected().isa(),
+        kernels::isa::Isa::Avx2 | kernels::isa::Isa::Avx512
+    );
+    match m {
+        Matrix::Float(q) if q.ty() == GgmlType::TQ2_0 && simd => {
+            let wname = format!("{name}.weight");
+            Ok(match b.ternary(&wname, &q)? {
+                Some(t) => Matrix::Ternary(t),
+                None => Matrix::Float(q),
+            })
+        }
+        m => Ok(m),
+    }
 }
 
 /// The matrix `name` (`name.weight`, plus `name.scale` when I8), `rows ×

@@ -99,6 +99,12 @@ MODELS = [
          ctx_train=4096, base=1000000.0, seed=107, sliding_window=8, linear=8.0),
     dict(name="gemma2", arch="gemma2", E=256, H=4, KV=2, hd=64, L=4, FF=256, quant="Q4_K_M",
          ctx_train=4096, seed=108, sliding_window=12, attn_softcap=10.0, final_softcap=10.0),
+    # ternary: every layer matrix is trits x a per-256-block scale (a BitNet-style export), so llama-quantize's TQ
+    # formats hold it exactly; llama.cpp type TQ2_0 / TQ1_0 in a llama-arch file (issue 24: cross-check of the ternary kernels)
+    dict(name="llama-tq2_0", arch="llama", E=256, H=4, KV=2, hd=64, L=2, FF=256, quant="TQ2_0",
+         ctx_train=2048, base=10000.0, seed=109, ternary=True),
+    dict(name="llama-tq1_0", arch="llama", E=256, H=4, KV=2, hd=64, L=2, FF=512, quant="TQ1_0",
+         ctx_train=2048, base=10000.0, seed=110, ternary=True),
 ]
 # extra fixtures of an already built model with other context settings
 VARIANTS = {"phi3": [dict(suffix="-nctx256", n_ctx=256)]}
@@ -174,6 +180,18 @@ def build_f32(m, path):
     f32 = lambda x: np.ascontiguousarray(x, dtype=np.float32)
     # numpy shape (rows, cols) = ggml {ne0 = cols, ne1 = rows}; y = W @ x
     mat = lambda rows, cols, s=1.0: f32(rng.standard_normal((rows, cols)) * (s / math.sqrt(cols)))
+    if m.get("ternary"):
+        def ternary_mat(rows, cols, s=1.0):
+            """Trits uniform in {-1, 0, 1} times a per-(row, 256-block) scale, f16-exact: TQ1_0/TQ2_0 store it
+            exactly (quantize_row_tq*_ref: d = block amax = the scale, trit = lroundf(x / d)). Variance of a
+            trit is 2/3, hence sqrt(3/2); the scales vary by ~20% so a wrong block scale shows."""
+            trits = rng.integers(-1, 2, size=(rows, cols)).astype(np.float32)
+            scale = (s / math.sqrt(cols)) * math.sqrt(1.5) * np.exp(0.2 * rng.standard_normal((rows, cols // 256)))
+            scale = scale.astype(np.float16).astype(np.float32)
+            return f32(trits * np.repeat(scale, 256, axis=1))
+        layer_mat = ternary_mat
+    else:
+        layer_mat = mat
     vec = lambda n, mean=1.0, std=0.1: f32(mean + std * rng.standard_normal(n))
     emb_std = 1.0 / math.sqrt(E) if gemma else 1.0
     tensors = {"token_embd.weight": f32(rng.standard_normal((N_VOCAB, E)) * emb_std)}
@@ -199,10 +217,10 @@ def build_f32(m, path):
         if a == "phi3":
             tensors[b + "attn_qkv.weight"] = np.concatenate([mat(H * hd, E, qk), mat(KV * hd, E, qk), mat(KV * hd, E)])
         else:
-            tensors[b + "attn_q.weight"] = mat(H * hd, E, qk)
-            tensors[b + "attn_k.weight"] = mat(KV * hd, E, qk)
-            tensors[b + "attn_v.weight"] = mat(KV * hd, E)
-        tensors[b + "attn_output.weight"] = mat(E, H * hd)
+            tensors[b + "attn_q.weight"] = layer_mat(H * hd, E, qk)
+            tensors[b + "attn_k.weight"] = layer_mat(KV * hd, E, qk)
+            tensors[b + "attn_v.weight"] = layer_mat(KV * hd, E)
+        tensors[b + "attn_output.weight"] = layer_mat(E, H * hd)
         if a in ("qwen3moe", "gemma3"):
             tensors[b + "attn_q_norm.weight"] = vec(hd, 1.5, 0.2)
             tensors[b + "attn_k_norm.weight"] = vec(hd, 1.5, 0.2)
@@ -223,9 +241,9 @@ def build_f32(m, path):
             tensors[b + "ffn_up.weight"] = np.concatenate([mat(FF, E), mat(FF, E)])  # gate rows, then up rows
             tensors[b + "ffn_down.weight"] = mat(E, FF, 2.0)
         else:
-            tensors[b + "ffn_gate.weight"] = mat(FF, E)
-            tensors[b + "ffn_up.weight"] = mat(FF, E)
-            tensors[b + "ffn_down.weight"] = mat(E, FF, 2.0)
+            tensors[b + "ffn_gate.weight"] = layer_mat(FF, E)
+            tensors[b + "ffn_up.weight"] = layer_mat(FF, E)
+            tensors[b + "ffn_down.weight"] = layer_mat(E, FF, 2.0)
     for name, t in tensors.items():
         w.add_tensor(name, f32(t))
     w.write_header_to_file()
@@ -339,7 +357,8 @@ def act_q8_k(x):
 
 # the activation type ggml-cpu converts src1 to before a matmul with weights of each type (vec_dot_type)
 ACT = {"F32": None, "F16": "F16", "Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q5_0": "Q8_0", "Q5_1": "Q8_1", "Q8_0": "Q8_0",
-       "Q2_K": "Q8_K", "Q3_K": "Q8_K", "Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K"}
+       "Q2_K": "Q8_K", "Q3_K": "Q8_K", "Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K",
+       "TQ1_0": "Q8_K", "TQ2_0": "Q8_K"}  # ggml-cpu.c type_traits_cpu: the ternary types dot against Q8_K too
 
 
 def quant_act(x, wtype):
@@ -576,6 +595,14 @@ def notes_for(m):
                     + ("token_embd N(0, 1/n_embd), output_norm N(3, 0.3^2) (tied head). " if m["arch"].startswith("gemma") else "token_embd N(0, 1). ")
                     + f"Written F32 by the gguf package, then `llama-quantize {'(not run)' if m['quant'] == 'F32' else m['quant']}`: "
                     "see `gguf.tensors` for each tensor's type (llama-quantize picks per-tensor types: e.g. output.weight Q6_K, fallbacks for rows not a multiple of 256).")
+    if m.get("ternary"):
+        n["weights"] = (f"Random, numpy default_rng({m['seed']}): every layer matrix (attn_q/k/v/output, ffn_gate/up/down) is ternary: trits uniform in "
+                        "{-1, 0, 1} times one scale per row and 256-column block, scale = s/sqrt(fan_in) * sqrt(3/2) * exp(0.2 N(0, 1)) rounded to f16 "
+                        "(s = 1.5 for Q and K, 2 for FFN down, 1 otherwise), so llama-quantize's TQ format stores it exactly (block amax = the scale). "
+                        "token_embd N(0, 1), output N(0, 16/n_embd), norm weights N(1, 0.1^2). "
+                        f"Written F32 by the gguf package, then `llama-quantize {m['quant']}`: the layer matrices become {m['quant']}, token_embd Q4_K and "
+                        "output Q6_K (llama-quant.cpp llama_tensor_get_type: TQ1_0/TQ2_0 ftypes give the token embedding Q4_K, and output.weight gets the "
+                        "usual Q6_K); see `gguf.tensors`.")
     f = list(COMMON_FORMULAS)
     beh = n["llama_cpp_behaviour"]
     if m["arch"] == "llama":
@@ -592,6 +619,21 @@ def notes_for(m):
         f.append("llama3 RoPE (llama-model.cpp llama_model::get_rope_factors returns layers[il].rope_freqs, the one rope_freqs.weight tensor shared by all layers): "
                  "theta_i = p * base^(-2i/64) / rope_freqs[i], freq_scale 1 (the converter writes no rope.scaling.* keys for llama3), no YaRN, mscale 1. "
                  "No rope.scaling.type key -> llama.cpp treats it as 'linear' with factor 0 -> freq_scale 1.")
+    if m.get("ternary"):
+        q = m["quant"]
+        n["exercises"] = (f"llama arch with llama.cpp's ternary type {q} for every layer matrix (issue 24: cross-checks cachefit's ternary kernels against "
+                          f"ggml's): n_embd {m['E']}, n_ff {m['FF']}, heads {m['H']}/{m['KV']} x 64, so every matrix input width is a multiple of 256 "
+                          f"(TQ block size; ffn_down rows span {m['FF'] // 256} block(s)); plain RoPE (base {m['base']:g}, no scaling), SiLU FFN.")
+        layout = ("TQ2_0 (ggml-common.h block_tq2_0, 66 bytes per 256 weights): qs[64] then f16 d; byte qs[32c + m] holds the weights 128c + 32k + m "
+                  "(c < 2, k < 4, m < 32) in bits 2k..2k+1 as trit + 1; weight = (field - 1) * d (ggml-quants.c dequantize_row_tq2_0)."
+                  if q == "TQ2_0" else
+                  "TQ1_0 (ggml-common.h block_tq1_0, 54 bytes per 256 weights): qs[48], qh[4], f16 d. Five trits per byte in base 3, stored as "
+                  "ceil(v * 256 / 243) of the 5-trit number v (first trit most significant); trit n of byte q is ((uint8_t)(q * 3^n) * 3) >> 8, minus 1. "
+                  "Trit n of qs[m] (m < 32) is weight 32n + m; of qs[32 + m] (m < 16) weight 160 + 16n + m; of qh[j] (n < 4, a fifth zero trit "
+                  "pads) weight 240 + 4n + j (ggml-quants.c quantize_row_tq1_0_ref / dequantize_row_tq1_0); weight = trit * d.")
+        f.append(f"{layout} Quantization (quantize_row_{q.lower()}_ref): d = max |x| over the block (stored f16), trit = lroundf(x / d). "
+                 f"Matmul (ggml-cpu.c type_traits_cpu[GGML_TYPE_{q}].vec_dot_type = Q8_K; arch/x86/quants.c ggml_vec_dot_{q.lower()}_q8_K): the input is "
+                 "quantized to Q8_K blocks of 256 and y = sum over blocks of f16(d_w) * d_x * sum(trit * q_x) (integer inner sums).")
     if a == "llama-rope-yarn":
         y = m["yarn"]
         fs = 1.0 / y["factor"]
@@ -716,9 +758,10 @@ def notes_for(m):
     n["formulas"] = f
     beh.append("Settings: dump_logits runs with flash attention off and an F32 K/V cache; llama-perplexity and llama-cli default to flash attention auto and F16 K/V.")
     if m["quant"] != "F32":
+        tq = " and ternary TQ1_0/TQ2_0 weights" if m.get("ternary") else ""  # only in the ternary files' notes: the others stay byte-identical
         f.append("Activation quantization (ggml-cpu, the weight type's vec_dot_type): the input x of a matmul with Q4_0/Q5_0/Q8_0 weights is first quantized to "
                  "Q8_0: per block of 32, amax = max|x|, d = f16(amax/127), q = round-half-even(x * (127/amax)) (arch/x86/quants.c quantize_row_q8_0); with K-quant "
-                 "weights (Q4_K, Q5_K, Q6_K) to Q8_K: per block of 256, m = the signed x of largest |x|, iscale = -127/m, q = min(127, nearest_int(iscale x)), d = 1/iscale "
+                 f"weights (Q4_K, Q5_K, Q6_K){tq} to Q8_K: per block of 256, m = the signed x of largest |x|, iscale = -127/m, q = min(127, nearest_int(iscale x)), d = 1/iscale "
                  "in f32 (ggml-quants.c quantize_row_q8_K_ref); with F16 weights x is rounded to f16. The product is sum over blocks of d_w d_x sum(q_w q_x). "
                  "F32 weights (norms, rope factors, the MoE router ffn_gate_inp) and the attention products (F32 K/V cache here) take x unchanged. "
                  "numpy_check emulates exactly this and matches llama.cpp to print precision except where a last-bit summation difference flips one rounding.")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate crates/model/tests/fixtures/arch/: tiny random-weight GGUF models
-# (llama with Llama-3 / YaRN / linear RoPE, phi3, qwen3moe, Mixtral-style llama
+# (llama with Llama-3 / YaRN / linear RoPE, ternary TQ2_0 / TQ1_0 llama, phi3, qwen3moe, Mixtral-style llama
 # MoE, gemma3, gemma2) and llama.cpp's logits for them. See
 # make-arch-fixtures.py and crates/model/tests/fixtures/README.md.
 #   scripts/llamacpp/make-arch-fixtures.sh                     # build (if needed) + all models

@@ -72,7 +72,7 @@ fn check(fixture: &str, model_name: &str, kv: KvType, bounds: Bounds) {
     let model = Model::from_gguf(&file, &cfg).unwrap();
     let pool = ThreadPool::new(2);
     let vocab = cfg.vocab_size;
-    let (mut positions, mut agree, mut worst) = (0usize, 0usize, 0f32);
+    let (mut positions, mut agree, mut worst, mut worst_abs) = (0usize, 0usize, 0f32, 0f32);
     let mut rels: Vec<f32> = Vec::new();
     let mut greedy_identical = 0;
     let prompts = fx["prompts"].as_array().unwrap();
@@ -133,6 +133,7 @@ fn check(fixture: &str, model_name: &str, kv: KvType, bounds: Bounds) {
             for &(id, l) in &refs[..10] {
                 let rel = (logits[id] - l).abs() / range;
                 worst = worst.max(rel);
+                worst_abs = worst_abs.max((logits[id] - l).abs());
                 rels.push(rel);
                 assert!(
                     rel <= bounds.worst,
@@ -191,7 +192,7 @@ fn check(fixture: &str, model_name: &str, kv: KvType, bounds: Bounds) {
     rels.sort_by(f32::total_cmp);
     let p99 = rels[rels.len() * 99 / 100];
     eprintln!(
-        "{fixture} ({kv} cache): argmax agreement {agree}/{positions}, top-10 logit diff of range: mean {:.3}% p99 {:.3}% worst {:.3}%; greedy-32 identical {greedy_identical}/{}",
+        "{fixture} ({kv} cache): argmax agreement {agree}/{positions}, top-10 logit diff of range: mean {:.3}% p99 {:.3}% worst {:.3}% (largest |diff| {worst_abs:.4}); greedy-32 identical {greedy_identical}/{}",
         mean * 100.0,
         p99 * 100.0,
         worst * 100.0,
@@ -329,7 +330,8 @@ fn gemma3_270m_dequant_f32_matches_llama_cpp() {
 /// scripts/llamacpp/make-arch-fixtures.py, which says what each exercises):
 /// every architecture and RoPE scaling without a downloadable model.
 /// F32/F16 weights are held to the strict bounds, quantized ones to the
-/// quantized bounds (both sides round activations to Q8).
+/// quantized bounds (both sides round activations to Q8), the ternary ones
+/// to TERNARY.
 fn tiny(name: &str, bounds: Bounds) {
     check(
         &format!("arch/{name}.json"),
@@ -388,6 +390,40 @@ fn tiny_gemma3_matches_llama_cpp() {
 #[test]
 fn tiny_gemma2_matches_llama_cpp() {
     tiny("gemma2", QUANTIZED);
+}
+
+/// The ternary files (llama.cpp's TQ2_0/TQ1_0, issue 24): tighter than
+/// QUANTIZED, because on these prompts llama.cpp's own one-batch and
+/// one-token logits agree to 5e-6 (no flipped Q8_K rounding) and an
+/// independent exact emulation of ggml (make-arch-fixtures.py's float64
+/// numpy pass with Q8_K activations) lands at mean 0.09%, p99 0.6%, worst
+/// 1.4% of the range: the bounds leave ~2× that. QUANTIZED would miss a
+/// wrong block: a 10% error in one block's scale (one row of one matrix)
+/// moves the mean to 0.23–0.25% and nothing else past QUANTIZED.
+const TERNARY: Bounds = Bounds {
+    mean: 0.002,
+    p99: 0.01,
+    worst: 0.03,
+    greedy_tie: 0.5,
+    greedy_identical: 2.0 / 3.0,
+};
+
+/// llama.cpp's ternary type TQ2_0 for every layer matrix of a llama-arch
+/// file (token_embd Q4_K, output Q6_K as llama-quantize picks them); both
+/// sides dot it against Q8_K activations. Measured: argmax 192/192, top-10
+/// diff mean 0.051%, p99 0.51%, worst 0.92% of the range (0.21 in logits),
+/// greedy-32 identical 3/3.
+#[test]
+fn tiny_llama_tq2_0_matches_llama_cpp() {
+    tiny("llama-tq2_0", TERNARY);
+}
+
+/// TQ1_0 (five trits a byte in base 3), n_ff 512 so ffn_down rows span two
+/// blocks. Measured: argmax 192/192, mean 0.013%, p99 0.38%, worst 0.88%
+/// (0.20 in logits), greedy-32 identical 3/3.
+#[test]
+fn tiny_llama_tq1_0_matches_llama_cpp() {
+    tiny("llama-tq1_0", TERNARY);
 }
 
 const Q8_0_NAME: &str = "SmolLM2-135M-Instruct.Q8_0.cachefit.gguf";

@@ -186,9 +186,11 @@ pub fn run(model_path: &Path, dir: &Path, s: &GateSettings, progress: bool) -> R
     }
     let bar = crate::progress_bar(progress, (windows.len() + s.prompts) as u64, "gates");
     let mut acts = Acts::new(&net, window.max(s.prompt_len + s.gen_len));
-    // The reference is what the trainer computed with: for a ternary
-    // network that includes its inputs quantized as the runtime does.
+    // The reference is the trainer's forward pass on the file's weights,
+    // with the inputs of ternary matrices quantized as the runtime reads
+    // them (a Q8_K pair).
     acts.quantize_inputs = true;
+    acts.input_pairs = true;
     let vocab = tokenize::Vocab::from_gguf(file.metadata()).map_err(|err| Error::Vocab {
         path: model_path.to_path_buf(),
         err,

@@ -246,6 +246,7 @@ fn runtime_vs_trainer(dir: &Path, path: &Path, net: &NetConfig, params: &[f32]) 
     let rt = st.forward_seq(&pool, &ids, 0, model::Logits::All).to_vec();
     let mut acts = Acts::new(net, 64);
     acts.quantize_inputs = true;
+    acts.input_pairs = true;
     net::forward(net, &l, params, window, &mut acts);
     let reference = &acts.logits[..64 * net.vocab];
     let (mut worst, mut argmax_equal) = (0f32, 0);

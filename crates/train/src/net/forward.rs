@@ -36,6 +36,10 @@ pub struct Acts {
     /// Quantize the inputs of ternary matrices as the runtime does (Q8_K,
     /// straight-through gradient): on with fake-quantized weights.
     pub quantize_inputs: bool,
+    /// Quantize them as a Q8_K pair (the runtime's ~15-bit form,
+    /// [`super::q8k_pair_round_trip`]) instead of one Q8_K round trip (what
+    /// training uses).
+    pub input_pairs: bool,
     /// For the gradient checks: record what quantization added to each
     /// input (`Some(empty)`), or add recorded offsets instead of
     /// quantizing (`Some(full)` with `replay`), which makes the
@@ -104,6 +108,7 @@ impl Acts {
             max_t,
             t: 0,
             quantize_inputs: false,
+            input_pairs: false,
             offsets: None,
             replay: false,
             codes: z(t * bits),
@@ -167,6 +172,11 @@ pub fn forward(c: &NetConfig, l: &Layout, p: &[f32], tokens: &[u16], acts: &mut 
     let mut site = 0;
     let offsets = &mut acts.offsets;
     let replay = acts.replay;
+    let round_trip = if acts.input_pairs {
+        super::q8k_pair_round_trip
+    } else {
+        super::q8k_round_trip
+    };
     let mut quant = |x: &mut [f32]| {
         if !qin {
             return;
@@ -179,10 +189,10 @@ pub fn forward(c: &NetConfig, l: &Layout, p: &[f32], tokens: &[u16], acts: &mut 
             }
             Some(log) => {
                 let before = x.to_vec();
-                super::q8k_round_trip(x);
+                round_trip(x);
                 log.push(x.iter().zip(&before).map(|(q, v)| q - v).collect());
             }
-            None => super::q8k_round_trip(x),
+            None => round_trip(x),
         }
         site += 1;
     };

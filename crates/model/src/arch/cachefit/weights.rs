@@ -30,15 +30,19 @@ pub const TOKENS_PER_PASS: usize = 4;
 /// model), with the pair at <0.1%. Costs two integer dot products per row,
 /// both exact, from one read of the weights.
 ///
-/// Ternary matrices read another form, Q8_K blocks (what their trainer
-/// computed with). Each form is made on first use after
+/// Ternary matrices read another form: Q8_K blocks, also as a pair
+/// (`x ≈ q8k(x) + q8k(rest)`, ~15 bits: with one Q8_K vector a float
+/// difference far below the trainer's precision can move a value across a
+/// rounding step, and greedy choices parted from the trainer's at ~0.4% of
+/// steps). Each form is made on first use after
 /// [`Activations::quantize`], so an input read only by ternary matrices
 /// never pays for the int8 pair, nor one read only by int8 ones for Q8_K.
 pub struct Activations {
     hi: Vec<I8Vector>,
     lo: Vec<I8Vector>,
-    /// Per token, `cols / 256` Q8_K blocks.
+    /// Per token, `cols / 256` Q8_K blocks, and those of what they leave.
     q8k: Vec<Vec<BlockQ8K>>,
+    q8k_lo: Vec<Vec<BlockQ8K>>,
     /// Tokens of the last [`Activations::quantize`].
     n: usize,
     /// Which forms are up to date with it.
@@ -63,6 +67,7 @@ impl Activations {
             hi: v(),
             lo: v(),
             q8k: (0..TOKENS_PER_PASS).map(|_| vec![zero; blocks]).collect(),
+            q8k_lo: (0..TOKENS_PER_PASS).map(|_| vec![zero; blocks]).collect(),
             n: 0,
             pairs_ready: false,
             q8k_ready: false,
@@ -99,16 +104,36 @@ impl Activations {
         self.pairs_ready = true;
     }
 
-    /// The Q8_K blocks of `xs` (`cols` a multiple of 256).
+    /// The Q8_K pair of `xs` (`cols` a multiple of 256).
     fn q8k(&mut self, xs: &[f32], cols: usize) {
         if self.q8k_ready {
             return;
         }
         let blocks = cols / gguf::QK_K;
         let zero = <BlockQ8K as bytemuck::Zeroable>::zeroed();
-        for (x, q) in xs.chunks_exact(cols).zip(&mut self.q8k) {
-            q.resize(blocks, zero);
-            ternary::quantize_activation(x, &mut q[..blocks]);
+        if self.rest.len() < cols {
+            self.rest.resize(cols, 0.0);
+        }
+        let rest = &mut self.rest[..cols];
+        for ((x, hi), lo) in xs
+            .chunks_exact(cols)
+            .zip(&mut self.q8k)
+            .zip(&mut self.q8k_lo)
+        {
+            hi.resize(blocks, zero);
+            lo.resize(blocks, zero);
+            ternary::quantize_activation(x, &mut hi[..blocks]);
+            // What `hi` leaves: x − d·q, exactly as the dequantizer gives it.
+            for ((r, v), b) in rest
+                .chunks_exact_mut(gguf::QK_K)
+                .zip(x.chunks_exact(gguf::QK_K))
+                .zip(&hi[..blocks])
+            {
+                for ((r, &v), &q) in r.iter_mut().zip(v).zip(&b.qs) {
+                    *r = v - b.d * q as f32;
+                }
+            }
+            ternary::quantize_activation(rest, &mut lo[..blocks]);
         }
         self.q8k_ready = true;
     }
@@ -205,8 +230,19 @@ impl Matrix<'_> {
                     ys.len()
                 );
                 xq.q8k(xs, cols);
-                for (q, y) in xq.q8k.iter().zip(ys.chunks_exact_mut(rows)) {
-                    m.matvec(pool, q, y);
+                let Activations {
+                    q8k, q8k_lo, rest, ..
+                } = xq;
+                if rest.len() < rows {
+                    rest.resize(rows, 0.0);
+                }
+                for ((hi, lo), y) in q8k.iter().zip(q8k_lo.iter()).zip(ys.chunks_exact_mut(rows)) {
+                    m.matvec(pool, hi, y);
+                    let y_lo = &mut rest[..rows];
+                    m.matvec(pool, lo, y_lo);
+                    for (a, b) in y.iter_mut().zip(y_lo.iter()) {
+                        *a += b;
+                    }
                 }
             }
         }

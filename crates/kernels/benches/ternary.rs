@@ -10,7 +10,10 @@
 //! - `tq2_0_rowdots`: the selected set's TQ2_0 × Q8_K dot, row by row, on a
 //!   quantized activation;
 //! - `interleaved/SET`, `lut/SET`: [`kernels::ternary::TernaryMatrix`] on a
-//!   quantized activation (LUT: table building included).
+//!   quantized activation (LUT: table building included);
+//! - `two_pass/interleaved/SET`, `pair/interleaved/SET`: the runtime's
+//!   activation pair (`hi = Q8_K(x)`, `lo = Q8_K(x − hi)`) as two
+//!   `matvec`s added, and as one `matvec_pair` (the same bits).
 //!
 //! ```text
 //! cargo bench -p cachefit-kernels --bench ternary
@@ -63,6 +66,8 @@ struct Shape {
     off: usize,
     x: Vec<f32>,
     xq: Vec<BlockQ8K>,
+    /// The residual of `xq`, quantized: the pair's `lo`.
+    xq_lo: Vec<BlockQ8K>,
     ternary: Vec<(String, TernaryMatrix)>,
 }
 
@@ -77,6 +82,11 @@ impl Shape {
         let x: Vec<f32> = (0..cols).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
         let mut xq = vec![BlockQ8K::zeroed(); cols / 256];
         q8_k::quantize_row(&x, &mut xq);
+        let mut hi = vec![0.0f32; cols];
+        q8_k::dequantize_row(&xq, &mut hi);
+        let residual: Vec<f32> = x.iter().zip(&hi).map(|(a, b)| a - b).collect();
+        let mut xq_lo = vec![BlockQ8K::zeroed(); cols / 256];
+        q8_k::quantize_row(&residual, &mut xq_lo);
         let mut ternary = Vec::new();
         for isa in [Isa::Avx512, Isa::Avx2, Isa::Scalar] {
             let Some(table) = kernels::table(isa) else {
@@ -95,6 +105,7 @@ impl Shape {
             off,
             x,
             xq,
+            xq_lo,
             ternary,
         }
     }
@@ -151,6 +162,29 @@ impl Shape {
             v.push((
                 name.clone(),
                 Box::new(move || t.matvec(pool, black_box(&self.xq), &mut y)),
+            ));
+        }
+        for (name, t) in &self.ternary {
+            if t.kernel() != TernaryKernel::Interleaved {
+                continue;
+            }
+            let (mut y, mut y_lo) = (vec![0.0f32; self.rows], vec![0.0f32; self.rows]);
+            v.push((
+                format!("two_pass/{name}"),
+                Box::new(move || {
+                    t.matvec(pool, black_box(&self.xq), &mut y);
+                    t.matvec(pool, black_box(&self.xq_lo), &mut y_lo);
+                    for (a, b) in y.iter_mut().zip(&y_lo) {
+                        *a += b;
+                    }
+                }),
+            ));
+            let mut y = vec![0.0f32; self.rows];
+            v.push((
+                format!("pair/{name}"),
+                Box::new(move || {
+                    t.matvec_pair(pool, black_box(&self.xq), black_box(&self.xq_lo), &mut y)
+                }),
             ));
         }
         v

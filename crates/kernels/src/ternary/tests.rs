@@ -272,3 +272,118 @@ fn quantizers_match_the_reference_bit_for_bit() {
         }
     }
 }
+
+/// The runtime's activation pair: `hi = Q8_K(x)`, `lo = Q8_K(x − hi)`.
+fn activation_pair(x: &[f32]) -> (Vec<BlockQ8K>, Vec<BlockQ8K>) {
+    let hi = quantize_act(x);
+    let residual: Vec<f32> = x
+        .chunks_exact(QK_K)
+        .zip(&hi)
+        .flat_map(|(xb, hb)| xb.iter().zip(&hb.qs).map(|(&v, &q)| v - hb.d * q as f32))
+        .collect();
+    (hi, quantize_act(&residual))
+}
+
+/// `matvec_pair` gives the bits of `matvec(hi) + matvec(lo)` (added after
+/// both products) on every set, kernel and thread count, and those equal
+/// the reference's two row dots added.
+#[test]
+fn pair_matches_two_products_bit_for_bit() {
+    let pools = [ThreadPool::new(1), ThreadPool::new(3)];
+    let mut r = rng(42);
+    for (rows, cols) in [
+        (1, 256),
+        (7, 512),
+        (63, 768),
+        (64, 256),
+        (65, 256),
+        (131, 3 * 256),
+        (193, 5 * 256),
+    ] {
+        let w = random_ternary(&mut r, rows, cols / QK_K);
+        let (hi, lo) = activation_pair(&weights(&mut r, cols));
+        assert!(lo.iter().any(|b| b.d != 0.0), "a residual to add");
+        let (ref_hi, ref_lo) = (
+            reference(&w, cols / QK_K, &hi),
+            reference(&w, cols / QK_K, &lo),
+        );
+        let want: Vec<f32> = ref_hi.iter().zip(&ref_lo).map(|(a, b)| a + b).collect();
+        for isa in Isa::supported() {
+            let table = crate::table(isa).unwrap();
+            for kernel in TernaryKernel::ALL {
+                let m = TernaryMatrix::with_kernel(rows, cols, &w, kernel, table).unwrap();
+                for pool in &pools {
+                    let (mut y, mut y_lo) = (vec![f32::NAN; rows], vec![f32::NAN; rows]);
+                    m.matvec(pool, &hi, &mut y);
+                    m.matvec(pool, &lo, &mut y_lo);
+                    for (a, b) in y.iter_mut().zip(&y_lo) {
+                        *a += b;
+                    }
+                    let mut pair = vec![f32::NAN; rows];
+                    m.matvec_pair(pool, &hi, &lo, &mut pair);
+                    for (row, ((p, t), w)) in pair.iter().zip(&y).zip(&want).enumerate() {
+                        assert_eq!(
+                            (p.to_bits(), t.to_bits()),
+                            (w.to_bits(), w.to_bits()),
+                            "{} {} {rows}x{cols} threads={} row {row}: pair {p}, two \
+                             products {t}, reference {w}",
+                            isa.name(),
+                            kernel.name(),
+                            pool.n_threads()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Extreme activations in both halves of the pair (every value ∓127)
+/// against all-(+1) and all-(−1) weights: the largest integer sums.
+#[test]
+fn pair_extreme_sums_are_exact() {
+    let (rows, cols) = (66, 512);
+    let hi = quantize_act(&vec![3.0; cols]);
+    let lo = quantize_act(&vec![-0.5; cols]);
+    for field in [0u8, 2] {
+        let mut b = BlockTQ2_0::zeroed();
+        b.qs = [field * 0x55; 64];
+        b.d = f16::ONE;
+        let w = vec![b; rows * cols / QK_K];
+        for isa in Isa::supported() {
+            let m = TernaryMatrix::with_kernel(
+                rows,
+                cols,
+                &w,
+                TernaryKernel::Interleaved,
+                crate::table(isa).unwrap(),
+            )
+            .unwrap();
+            let mut pair = vec![0.0; rows];
+            m.matvec_pair(&ThreadPool::new(1), &hi, &lo, &mut pair);
+            let want = reference(&w, cols / QK_K, &hi)[0] + reference(&w, cols / QK_K, &lo)[0];
+            assert!(
+                pair.iter().all(|p| p.to_bits() == want.to_bits()),
+                "{} field {field}: {pair:?} vs {want}",
+                isa.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn pair_of_an_empty_matrix() {
+    let m = TernaryMatrix::new(0, 256, &[]).unwrap();
+    let x = [BlockQ8K::zeroed()];
+    m.matvec_pair(&ThreadPool::new(2), &x, &x, &mut []);
+}
+
+#[test]
+#[should_panic(expected = "lo has 1 Q8_K blocks")]
+fn pair_with_a_short_residual_panics_with_a_message() {
+    let mut r = rng(1);
+    let w = random_ternary(&mut r, 2, 2);
+    let m = TernaryMatrix::new(2, 512, &w).unwrap();
+    let x = [BlockQ8K::zeroed(); 2];
+    m.matvec_pair(&ThreadPool::new(1), &x, &x[..1], &mut [0.0; 2]);
+}

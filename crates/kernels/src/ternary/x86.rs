@@ -67,6 +67,56 @@ tile_fn!(
 );
 tile_fn!(lut_tile_avx2, lut_tile_avx2_body, lut_avx2, "avx2,fma,f16c");
 
+/// A `PairTileFn` wrapper and its body, with this set's features, around
+/// a pair block kernel of the same features (inlined into the body).
+macro_rules! pair_tile_fn {
+    ($name:ident, $body:ident, $block:ident, $features:literal) => {
+        pub(super) fn $name(hi: &Tile<'_>, lo: &Tile<'_>, out: &mut [f32; TILE_ROWS]) {
+            // SAFETY: see the module docs (the CPU runs the set's
+            // instructions); the block kernel reads only the arrays it is
+            // given.
+            unsafe { $body(hi, lo, out) }
+        }
+
+        #[target_feature(enable = $features)]
+        unsafe fn $body(hi: &Tile<'_>, lo: &Tile<'_>, out: &mut [f32; TILE_ROWS]) {
+            let (mut acc_hi, mut acc_lo) = ([0.0f32; TILE_ROWS], [0.0f32; TILE_ROWS]);
+            let (mut sums_hi, mut sums_lo) = ([0i32; TILE_ROWS], [0i32; TILE_ROWS]);
+            for (b, (xh, xl)) in hi.x.iter().zip(lo.x).enumerate() {
+                // SAFETY: the caller guarantees the features `$block`
+                // needs (the same as ours).
+                unsafe {
+                    $block(
+                        hi.block(b),
+                        [&xh.qs, &xl.qs],
+                        [hi.bias[b], lo.bias[b]],
+                        [&mut sums_hi, &mut sums_lo],
+                    )
+                };
+                accumulate(&mut acc_hi, &sums_hi, xh.d, hi.scales(b));
+                accumulate(&mut acc_lo, &sums_lo, xl.d, hi.scales(b));
+            }
+            // The two products' sum, as `y += y_lo` after two passes.
+            for ((o, h), l) in out.iter_mut().zip(acc_hi).zip(acc_lo) {
+                *o = h + l;
+            }
+        }
+    };
+}
+
+pair_tile_fn!(
+    interleaved_pair_tile_avx512,
+    interleaved_pair_tile_avx512_body,
+    interleaved_pair_avx512,
+    "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"
+);
+pair_tile_fn!(
+    interleaved_pair_tile_avx2,
+    interleaved_pair_tile_avx2_body,
+    interleaved_pair_avx2,
+    "avx2,fma,f16c"
+);
+
 /// Four activation bytes `qs[j..j + 4]` broadcast to every 32-bit lane.
 ///
 /// # Safety
@@ -167,6 +217,135 @@ unsafe fn interleaved_avx2(
             unsafe { _mm256_storeu_si256(sums.as_mut_ptr().add(32 * h + 8 * q).cast(), *acc) };
         }
     }
+}
+
+/// [`interleaved_avx512`] for two activations from one load and mask of
+/// each weight line. Their 32 accumulators and the masks would not fit
+/// the 32 registers, so the tile goes in two halves of 32 rows (lines
+/// `2h`, `2h + 1` of each 256-byte chunk); the activation broadcasts fold
+/// into `vpdpbusd`'s memory operand.
+// The accumulators are indexed by activation, line and field at once.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn interleaved_pair_avx512(
+    w: &[u8; TILE_BLOCK_BYTES],
+    qs: [&[i8; QK_K]; 2],
+    bias: [i32; 2],
+    sums: [&mut [i32; TILE_ROWS]; 2],
+) {
+    let masks = [3u8, 3 << 2, 3 << 4, 3 << 6].map(|m| _mm512_set1_epi8(m as i8));
+    let mut out = [[0i32; TILE_ROWS]; 2];
+    for h in 0..2 {
+        // [activation][line 2h + j][field k], fields masked in place as in
+        // `interleaved_avx512`.
+        let mut acc = [[[_mm512_setzero_si512(); 4]; 2]; 2];
+        for c in 0..QK_K / 16 {
+            let a = qs.map(|qs| {
+                std::array::from_fn::<_, 4, _>(|k| {
+                    // SAFETY: 16c + 4k + 4 <= 256.
+                    _mm512_set1_epi32(unsafe { quad(qs, 16 * c + 4 * k) })
+                })
+            });
+            for j in 0..2 {
+                // SAFETY: 256c + 64(2h + j) + 64 <= 4096 = TILE_BLOCK_BYTES.
+                let v = unsafe {
+                    _mm512_loadu_si512(w.as_ptr().add(256 * c + 64 * (2 * h + j)).cast())
+                };
+                for k in 0..4 {
+                    let f = _mm512_and_si512(v, masks[k]);
+                    for x in 0..2 {
+                        acc[x][j][k] = _mm512_dpbusd_epi32(acc[x][j][k], f, a[x][k]);
+                    }
+                }
+            }
+        }
+        for x in 0..2 {
+            let b = _mm512_set1_epi32(bias[x]);
+            for (j, acc) in acc[x].iter().enumerate() {
+                let sum = _mm512_add_epi32(
+                    _mm512_add_epi32(acc[0], _mm512_srai_epi32::<2>(acc[1])),
+                    _mm512_add_epi32(
+                        _mm512_srai_epi32::<4>(acc[2]),
+                        _mm512_srai_epi32::<6>(acc[3]),
+                    ),
+                );
+                // SAFETY: 16(2h + j) + 16 <= 64 = TILE_ROWS.
+                unsafe {
+                    _mm512_storeu_si512(
+                        out[x].as_mut_ptr().add(16 * (2 * h + j)).cast(),
+                        _mm512_sub_epi32(sum, b),
+                    )
+                };
+            }
+        }
+    }
+    let [hi, lo] = sums;
+    *hi = out[0];
+    *lo = out[1];
+}
+
+/// [`interleaved_avx2`] for two activations: each 32-byte load is
+/// shifted and masked once into its four fields, then multiplied by both.
+// The accumulators are indexed by activation and row group at once.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn interleaved_pair_avx2(
+    w: &[u8; TILE_BLOCK_BYTES],
+    qs: [&[i8; QK_K]; 2],
+    bias: [i32; 2],
+    sums: [&mut [i32; TILE_ROWS]; 2],
+) {
+    let mask = _mm256_set1_epi8(3);
+    let ones = _mm256_set1_epi16(1);
+    let mut out = [[0i32; TILE_ROWS]; 2];
+    for h in 0..2 {
+        let mut acc = bias.map(|b| [_mm256_set1_epi32(b.wrapping_neg()); 4]);
+        for c in 0..QK_K / 16 {
+            let a = qs.map(|qs| {
+                std::array::from_fn::<_, 4, _>(|k| {
+                    // SAFETY: 16c + 4k + 4 <= 256.
+                    _mm256_set1_epi32(unsafe { quad(qs, 16 * c + 4 * k) })
+                })
+            });
+            for q in 0..4 {
+                // SAFETY: 256c + 128h + 32q + 32 <= 4096.
+                let v = unsafe {
+                    _mm256_loadu_si256(w.as_ptr().add(256 * c + 128 * h + 32 * q).cast())
+                };
+                let f = [
+                    _mm256_and_si256(v, mask),
+                    _mm256_and_si256(_mm256_srli_epi32::<2>(v), mask),
+                    _mm256_and_si256(_mm256_srli_epi32::<4>(v), mask),
+                    _mm256_and_si256(_mm256_srli_epi32::<6>(v), mask),
+                ];
+                for x in 0..2 {
+                    // No saturation: see `interleaved_avx2`.
+                    let p = _mm256_add_epi16(
+                        _mm256_add_epi16(
+                            _mm256_maddubs_epi16(f[0], a[x][0]),
+                            _mm256_maddubs_epi16(f[1], a[x][1]),
+                        ),
+                        _mm256_add_epi16(
+                            _mm256_maddubs_epi16(f[2], a[x][2]),
+                            _mm256_maddubs_epi16(f[3], a[x][3]),
+                        ),
+                    );
+                    acc[x][q] = _mm256_add_epi32(acc[x][q], _mm256_madd_epi16(p, ones));
+                }
+            }
+        }
+        for x in 0..2 {
+            for (q, acc) in acc[x].iter().enumerate() {
+                // SAFETY: 32h + 8q + 8 <= 64 = TILE_ROWS.
+                unsafe {
+                    _mm256_storeu_si256(out[x].as_mut_ptr().add(32 * h + 8 * q).cast(), *acc)
+                };
+            }
+        }
+    }
+    let [hi, lo] = sums;
+    *hi = out[0];
+    *lo = out[1];
 }
 
 pub(super) fn tables_avx2(qs: &[i8; QK_K], tables: &mut [u8; BLOCK_TABLES_BYTES]) {

@@ -230,19 +230,11 @@ impl Matrix<'_> {
                     ys.len()
                 );
                 xq.q8k(xs, cols);
-                let Activations {
-                    q8k, q8k_lo, rest, ..
-                } = xq;
-                if rest.len() < rows {
-                    rest.resize(rows, 0.0);
-                }
+                let Activations { q8k, q8k_lo, .. } = xq;
+                // One pass over the weights for both halves of the pair,
+                // the same bits as two products added.
                 for ((hi, lo), y) in q8k.iter().zip(q8k_lo.iter()).zip(ys.chunks_exact_mut(rows)) {
-                    m.matvec(pool, hi, y);
-                    let y_lo = &mut rest[..rows];
-                    m.matvec(pool, lo, y_lo);
-                    for (a, b) in y.iter_mut().zip(y_lo.iter()) {
-                        *a += b;
-                    }
+                    m.matvec_pair(pool, hi, lo, y);
                 }
             }
         }

@@ -77,7 +77,7 @@ fn json_describes_the_machine_with_positive_bandwidths() {
         assert_eq!(b["threads"].as_u64(), Some(threads), "{b}");
     }
     // Without -m, the built-in model (since bcde633).
-    assert_eq!(v["model"]["file"], "built-in cachefit-shakespeare", "{v}");
+    assert_eq!(v["model"]["file"], "built-in cachefit-ternary", "{v}");
 }
 
 #[test]
@@ -172,6 +172,33 @@ fn a_tiny_model_fits_a_cache() {
         level["best_gbps"].as_f64().unwrap() * 1e9 / model["bytes_per_token"].as_f64().unwrap();
     let got = model["decode_ceiling_tok_s"].as_f64().unwrap();
     assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
+
+    // The short-context figure: the KV cache at 128 tokens instead of all
+    // of them, so fewer bytes per token and a ceiling at least as high.
+    let (n_ctx, kv) = (
+        model["n_ctx"].as_u64().unwrap(),
+        model["kv_bytes"].as_u64().unwrap(),
+    );
+    let short = model["short_context"].as_u64().unwrap();
+    assert_eq!(short, n_ctx.min(128));
+    let short_bytes = model["short_context_bytes_per_token"].as_u64().unwrap();
+    assert_eq!(
+        short_bytes,
+        model["weights_bytes"].as_u64().unwrap() + kv * short / n_ctx
+    );
+    let level = v["bandwidth"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["level"] == model["short_context_level"])
+        .unwrap();
+    let want = level["best_gbps"].as_f64().unwrap() * 1e9 / short_bytes as f64;
+    let got_short = model["decode_ceiling_short_tok_s"].as_f64().unwrap();
+    assert!(
+        (got_short - want).abs() <= 1e-9 * want,
+        "{got_short} vs {want}"
+    );
+    assert!(short_bytes <= model["bytes_per_token"].as_u64().unwrap());
 }
 
 #[test]

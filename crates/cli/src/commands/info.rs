@@ -30,6 +30,10 @@ const QUICK_PROBE_TIME: Duration = Duration::from_millis(20);
 /// What the decode ceiling counts as read per token.
 const BYTES_PER_TOKEN_COUNTS: &str = "weights + KV cache at full context";
 
+/// Depth of the short-context ceiling: what `bench`'s tg128 reads (it
+/// starts from an empty cache), where the weights are nearly all of it.
+const SHORT_CONTEXT: usize = 128;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// GGUF model to size against this machine (default: the built-in
@@ -216,6 +220,11 @@ struct Fit<'a> {
     fits_in_half: Option<bool>,
     bytes_per_token: u64,
     ceiling_tok_s: f64,
+    /// The same at [`SHORT_CONTEXT`] tokens of cache: the level that
+    /// holds that working set, and its ceiling.
+    short_level: &'a Level,
+    short_bytes_per_token: u64,
+    short_ceiling_tok_s: f64,
 }
 
 fn fit<'a>(needs: &ModelNeeds, levels: &'a [Level]) -> Fit<'a> {
@@ -227,12 +236,25 @@ fn fit<'a>(needs: &ModelNeeds, levels: &'a [Level]) -> Fit<'a> {
         .find(|l| l.capacity.is_some_and(|c| working_set <= c))
         .unwrap_or(dram);
     let bytes_per_token = needs.memory.weights + needs.memory.kv_cache;
+    // The caches grow linearly with the context (KV and conv history).
+    let short = SHORT_CONTEXT.min(needs.n_ctx.max(1)) as u64;
+    let short_kv = needs.memory.kv_cache * short / needs.n_ctx.max(1) as u64;
+    let short_set = working_set - needs.memory.kv_cache + short_kv;
+    let short_level = levels
+        .iter()
+        .find(|l| l.capacity.is_some_and(|c| short_set <= c))
+        .unwrap_or(dram);
+    let short_bytes_per_token = needs.memory.weights + short_kv;
     Fit {
         level,
         fits: level.capacity.is_none_or(|c| working_set <= c),
         fits_in_half: level.capacity.map(|c| working_set <= c / 2),
         bytes_per_token,
         ceiling_tok_s: level.bandwidth.best_gbps * 1e9 / bytes_per_token.max(1) as f64,
+        short_level,
+        short_bytes_per_token,
+        short_ceiling_tok_s: short_level.bandwidth.best_gbps * 1e9
+            / short_bytes_per_token.max(1) as f64,
     }
 }
 
@@ -302,6 +324,10 @@ fn model_json(needs: &ModelNeeds, fit: &Fit, threads: &machine::ThreadChoice) ->
         "bytes_per_token_counts": BYTES_PER_TOKEN_COUNTS,
         "level_read_gbps": fit.level.bandwidth.best_gbps,
         "decode_ceiling_tok_s": fit.ceiling_tok_s,
+        "short_context": SHORT_CONTEXT.min(needs.n_ctx),
+        "short_context_level": fit.short_level.name,
+        "short_context_bytes_per_token": fit.short_bytes_per_token,
+        "decode_ceiling_short_tok_s": fit.short_ceiling_tok_s,
         "recommended_threads": threads.n,
         "recommended_threads_reason": threads.reason,
         "budget": match &needs.budget {
@@ -461,6 +487,14 @@ fn print_model(needs: &ModelNeeds, fit: &Fit, threads: &machine::ThreadChoice) {
         l.bandwidth.best_gbps,
         l.name,
         human_bytes(fit.bytes_per_token),
+    );
+    outln!(
+        "  short context  {:.1} tok/s = {:.1} GB/s ({}) / {} per token (KV cache at {} tokens, as bench's tg128 starts)",
+        fit.short_ceiling_tok_s,
+        fit.short_level.bandwidth.best_gbps,
+        fit.short_level.name,
+        human_bytes(fit.short_bytes_per_token),
+        SHORT_CONTEXT.min(needs.n_ctx),
     );
     outln!("  threads        {}: {}", threads.n, threads.reason);
     match &needs.budget {

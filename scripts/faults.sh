@@ -23,7 +23,7 @@ done
 client="python3 $PWD/scripts/faults/client.py"
 models="${CACHEFIT_MODELS:-$HOME/.cache/cachefit/models}"
 smollm="$models/SmolLM2-135M-Instruct.Q4_1.gguf"
-builtin="$PWD/models/cachefit-shakespeare.gguf"
+builtin="$PWD/models/cachefit-ternary.gguf"
 work=$(mktemp -d)
 pids=()
 cleanup() {

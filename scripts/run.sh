@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: build cachefit and generate from a prompt with the model
-# built into the binary (models/cachefit-shakespeare.gguf, issue #5); no
+# built into the binary (models/cachefit-ternary.gguf, issues #5 and #24); no
 # download.
 #   scripts/run.sh ["PROMPT"] [more cachefit run flags]
 set -euo pipefail

@@ -32,7 +32,7 @@ fn greedy_200_tokens_match_the_golden_text_on_any_thread_count() {
     let (ok, out, err) = cachefit(&args("1"));
     assert!(ok, "{err}");
     assert!(
-        err.contains("cachefit-shakespeare"),
+        err.contains("cachefit-ternary"),
         "the built-in model is named: {err}"
     );
     if std::env::var_os("CACHEFIT_BLESS").is_some() {
@@ -57,7 +57,7 @@ fn other_commands_default_to_the_builtin_model() {
     ]);
     assert!(ok, "{err}");
     let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
-    assert_eq!(first["model_filename"], "built-in cachefit-shakespeare");
+    assert_eq!(first["model_filename"], "built-in cachefit-ternary");
     assert_eq!(first["cpu_strict"], true);
     assert!(
         out.lines()

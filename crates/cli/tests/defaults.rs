@@ -72,7 +72,7 @@ fn closed_after_one_line(args: &[&str]) -> (std::process::ExitStatus, String) {
 
 #[test]
 fn a_closed_pipe_is_not_a_crash() {
-    let model = testkit::workspace_root().join("models/cachefit-shakespeare.gguf");
+    let model = testkit::workspace_root().join("models/cachefit-ternary.gguf");
     let m = model.to_str().unwrap();
     for args in [
         vec!["inspect", m, "--full"],
@@ -106,7 +106,7 @@ fn info_describes_the_built_in_model() {
     let (ok, out, err) = cachefit(&["info", "--quick"]);
     assert!(ok, "{err}");
     assert!(
-        out.contains("model:     built-in cachefit-shakespeare"),
+        out.contains("model:     built-in cachefit-ternary"),
         "{out}"
     );
     assert!(out.contains("decode ceiling"), "{out}");

@@ -48,7 +48,7 @@ fn cli(args: &[&str], stdin: Option<&str>) -> String {
 fn same_text_everywhere(model: Option<PathBuf>, message: &str, n: usize) {
     let path = model
         .clone()
-        .unwrap_or_else(|| testkit::workspace_root().join("models/cachefit-shakespeare.gguf"));
+        .unwrap_or_else(|| testkit::workspace_root().join("models/cachefit-ternary.gguf"));
     let file = gguf::GgufFile::open(&path).unwrap();
     let vocab = tokenize::Vocab::from_gguf(file.metadata()).unwrap();
     let text = |id: Option<u32>| id.and_then(|i| vocab.token_text(i));

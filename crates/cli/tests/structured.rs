@@ -70,7 +70,7 @@ fn check(text: &str, what: &str) {
 fn same_output_everywhere(model: Option<PathBuf>) {
     let path = model
         .clone()
-        .unwrap_or_else(|| testkit::workspace_root().join("models/cachefit-shakespeare.gguf"));
+        .unwrap_or_else(|| testkit::workspace_root().join("models/cachefit-ternary.gguf"));
     let file = gguf::GgufFile::open(&path).unwrap();
     let vocab = tokenize::Vocab::from_gguf(file.metadata()).unwrap();
     let text = |id: Option<u32>| id.and_then(|i| vocab.token_text(i));

@@ -1,4 +1,4 @@
-//! The model built into the binary (`models/cachefit-shakespeare.gguf`,
+//! The model built into the binary (`models/cachefit-ternary.gguf`,
 //! made by the training pipeline, docs/MODEL-CARD.md), used when a command
 //! gets no `-m`; and [`ModelSource`], which names either it or a file.
 
@@ -7,11 +7,11 @@ use gguf::{GgufFile, OpenOptions};
 use std::path::PathBuf;
 
 /// `general.name` of the built-in model.
-pub const NAME: &str = "cachefit-shakespeare";
+pub const NAME: &str = "cachefit-ternary";
 
 static BYTES: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../models/cachefit-shakespeare.gguf"
+    "/../../models/cachefit-ternary.gguf"
 ));
 
 /// Where a model comes from.

@@ -17,7 +17,7 @@ pub const DEFAULT_CTX: usize = 4096;
 pub struct ModelArgs {
     /// GGUF model file, or the name of a cached model (`owner/repo:QUANT`,
     /// `repo`, a file stem: see `cachefit models`) (default: the built-in
-    /// cachefit-shakespeare model).
+    /// cachefit-ternary model).
     #[arg(short = 'm', long)]
     pub model: Option<PathBuf>,
     /// -hf OWNER/REPO[:QUANT]: a model on the Hugging Face hub (or

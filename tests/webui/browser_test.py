@@ -332,7 +332,7 @@ def run_keyed_server(binary, browser, out):
         check(True, "the page loaded without the key and asked for it after a 401")
         browser.type_into("#key-input", key)
         browser.click("#key-form button[type=submit]")
-        wait_for(lambda: browser.js("document.getElementById('model-name').textContent") == "cachefit-shakespeare",
+        wait_for(lambda: browser.js("document.getElementById('model-name').textContent") == "cachefit-ternary",
                  "the model list with the key")
         check(browser.js("localStorage.getItem('cachefit.apiKey')") == key, "the key is kept in localStorage")
         open_settings(browser)

@@ -165,41 +165,7 @@ fn trains_resumes_exports_and_the_runtime_agrees() {
     assert_eq!(p32, ca.params);
 
     // The runtime reads the int8 file and agrees with the trainer.
-    let file = gguf::GgufFile::open(&int8).unwrap();
-    let cfg = model::ModelConfig::from_gguf(file.metadata()).unwrap();
-    let model = model::Model::from_gguf(&file, &cfg).unwrap();
-    let opts = model::StateOptions {
-        all_logits: true,
-        n_batch: 64,
-        ..model::StateOptions::new(64)
-    };
-    let mut st = model.new_state(&opts).unwrap();
-    let val = trainer::read_tokens(&a, paths::VAL_BIN, net.vocab).unwrap();
-    let window = &val[..64];
-    let ids: Vec<u32> = window.iter().map(|&t| t as u32).collect();
-    let pool = kernels::pool::ThreadPool::new(1);
-    let rt = st.forward_seq(&pool, &ids, 0, model::Logits::All).to_vec();
-    let mut acts = Acts::new(&net, 64);
-    net::forward(&net, &l, &p8, window, &mut acts);
-    let reference = &acts.logits[..64 * net.vocab];
-    let mut worst = 0f32;
-    let mut argmax_equal = 0;
-    for (a, b) in rt
-        .chunks_exact(net.vocab)
-        .zip(reference.chunks_exact(net.vocab))
-    {
-        let range =
-            b.iter().cloned().fold(f32::MIN, f32::max) - b.iter().cloned().fold(f32::MAX, f32::min);
-        for (x, y) in a.iter().zip(b) {
-            worst = worst.max((x - y).abs() / range);
-        }
-        let am = |r: &[f32]| {
-            r.iter()
-                .enumerate()
-                .fold(0, |m, (i, &v)| if v > r[m] { i } else { m })
-        };
-        argmax_equal += usize::from(am(a) == am(b));
-    }
+    let (worst, argmax_equal) = runtime_vs_trainer(&a, &int8, &net, &p8);
     // Only the runtime's int8 activations (and summation order) differ.
     assert!(
         worst < 0.03,

@@ -199,15 +199,17 @@ impl Matrix<'_> {
         scratch: &mut MatmulScratch,
     ) {
         let (rows, cols) = (self.rows(), self.cols());
+        // The quantized forms hold `xq.n` rows of what `xs` holds.
+        let n = xq.n;
+        let quantized = !matches!(self, Matrix::Float(_));
+        assert!(
+            !quantized || (xs.len() == n * cols && ys.len() == n * rows),
+            "Matrix::matvecs: {n} quantized rows, {} inputs, {} outputs",
+            xs.len(),
+            ys.len()
+        );
         match self {
             Matrix::Int8(m) => {
-                let n = xq.n;
-                assert!(
-                    xs.len() == n * cols && ys.len() == n * rows,
-                    "Matrix::matvecs: {n} quantized rows, {} inputs, {} outputs",
-                    xs.len(),
-                    ys.len()
-                );
                 xq.pairs(xs, cols);
                 let Activations { hi, lo, .. } = xq;
                 // (hi₀, lo₀, hi₁, lo₁, …): one pass over the weights for
@@ -222,13 +224,6 @@ impl Matrix<'_> {
                 }
             }
             Matrix::Ternary(m) => {
-                let n = xq.n;
-                assert!(
-                    xs.len() == n * cols && ys.len() == n * rows,
-                    "Matrix::matvecs: {n} quantized rows, {} inputs, {} outputs",
-                    xs.len(),
-                    ys.len()
-                );
                 xq.q8k(xs, cols);
                 let Activations { q8k, q8k_lo, .. } = xq;
                 // One pass over the weights for both halves of the pair,

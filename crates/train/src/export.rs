@@ -38,8 +38,29 @@ pub struct ExportReport {
     pub step: usize,
 }
 
+/// The `tokenizer.*` keys of a trained vocabulary, with the task
+/// passages' chat template.
+pub fn trained_tokenizer(vocab: &Vocabulary) -> Vec<(String, Value)> {
+    let mut keys = vocab_metadata(vocab);
+    keys.push((
+        "tokenizer.chat_template".into(),
+        Value::String(CHAT_TEMPLATE.into()),
+    ));
+    keys
+}
+
 /// Metadata for `net` with the vocabulary.
 pub fn metadata(net: &NetConfig, vocab: &Vocabulary, name: &str) -> gguf::Metadata {
+    metadata_with_tokenizer(net, &trained_tokenizer(vocab), name)
+}
+
+/// Metadata for `net` with these `tokenizer.*` keys (a trained vocabulary's,
+/// or another model's imported by `bpe --from-model`).
+pub fn metadata_with_tokenizer(
+    net: &NetConfig,
+    tokenizer: &[(String, Value)],
+    name: &str,
+) -> gguf::Metadata {
     let mut md = gguf::Metadata::new();
     let a = "cachefit";
     md.set("general.architecture", Value::String(a.into()));
@@ -78,14 +99,19 @@ pub fn metadata(net: &NetConfig, vocab: &Vocabulary, name: &str) -> gguf::Metada
             Value::U64(net.token_code_seed),
         );
     }
-    for (k, v) in vocab_metadata(vocab) {
-        md.set(k, v);
+    for (k, v) in tokenizer {
+        md.set(k.clone(), v.clone());
     }
-    md.set(
-        "tokenizer.chat_template",
-        Value::String(CHAT_TEMPLATE.into()),
-    );
     md
+}
+
+/// Tokens in `tokenizer.ggml.tokens` of these keys.
+fn token_count(tokenizer: &[(String, Value)]) -> Option<usize> {
+    tokenizer
+        .iter()
+        .find(|(k, _)| k == "tokenizer.ggml.tokens")
+        .and_then(|(_, v)| v.as_array())
+        .map(|(_, items)| items.len())
 }
 
 /// Write `params` (already what the model computes with: fake-quantized
@@ -99,6 +125,18 @@ pub fn write_gguf(
     ty: MatrixType,
     path: &Path,
 ) -> Result<u64> {
+    write_gguf_with_tokenizer(net, params, &trained_tokenizer(vocab), name, ty, path)
+}
+
+/// [`write_gguf`] with the `tokenizer.*` keys given.
+pub fn write_gguf_with_tokenizer(
+    net: &NetConfig,
+    params: &[f32],
+    tokenizer: &[(String, Value)],
+    name: &str,
+    ty: MatrixType,
+    path: &Path,
+) -> Result<u64> {
     let l = Layout::new(net);
     if params.len() != l.len {
         return Err(Error::Config(format!(
@@ -107,14 +145,14 @@ pub fn write_gguf(
             l.len
         )));
     }
-    if vocab.len() != net.vocab {
+    let tokens = token_count(tokenizer).unwrap_or(0);
+    if tokens != net.vocab {
         return Err(Error::Config(format!(
-            "the vocabulary has {} tokens, the network {}",
-            vocab.len(),
+            "the vocabulary has {tokens} tokens, the network {}",
             net.vocab
         )));
     }
-    let mut b = gguf::Builder::new(metadata(net, vocab, name));
+    let mut b = gguf::Builder::new(metadata_with_tokenizer(net, tokenizer, name));
     let mut data: Vec<Vec<u8>> = Vec::new();
     let gg = |e: gguf::ErrorKind| Error::Gguf(gguf::Error::new(path, e));
     for t in &l.tensors {
@@ -210,7 +248,16 @@ pub fn write_gguf(
 pub fn run(dir: &Path, out: Option<&Path>, ty: MatrixType, name: &str) -> Result<ExportReport> {
     let ck_path = files::stage_input(dir, paths::CHECKPOINT, "train")?;
     let ck = checkpoint::load(&ck_path)?;
-    let vocab = Vocabulary::load(&files::stage_input(dir, paths::TOKENIZER_JSON, "bpe")?)?;
+    // An imported tokenizer (`bpe --from-model`) goes into the file as the
+    // model it came from has it, chat template included.
+    let tokenizer = match crate::import::imported_tokenizer(dir)? {
+        Some(keys) => keys,
+        None => trained_tokenizer(&Vocabulary::load(&files::stage_input(
+            dir,
+            paths::TOKENIZER_JSON,
+            "bpe",
+        )?)?),
+    };
     let l = Layout::new(&ck.net);
     // What the model computes with: trained with QAT, the round trip is
     // the identity on its numbers; without, this is post-training
@@ -223,7 +270,7 @@ pub fn run(dir: &Path, out: Option<&Path>, ty: MatrixType, name: &str) -> Result
         MatrixType::Int8 => &params,
         MatrixType::F32 => &ck.params,
     };
-    let bytes = write_gguf(&ck.net, source, &vocab, name, ty, path)?;
+    let bytes = write_gguf_with_tokenizer(&ck.net, source, &tokenizer, name, ty, path)?;
     Ok(ExportReport {
         bytes,
         params: l.len,

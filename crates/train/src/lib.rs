@@ -27,11 +27,13 @@ pub mod bpe;
 pub mod checkpoint;
 pub mod clean;
 pub mod data;
+pub mod distill;
 pub mod documents;
 mod error;
 pub mod export;
 pub mod files;
 pub mod gates;
+pub mod import;
 pub mod names;
 pub mod net;
 pub mod pack;
@@ -60,6 +62,8 @@ pub mod paths {
     pub const TOKENIZER_JSON: &str = "tokenizer.json";
     /// `bpe`: the same vocabulary as a vocab-only GGUF.
     pub const TOKENIZER_GGUF: &str = "tokenizer.gguf";
+    /// `bpe --from-model`: where the imported tokenizer came from.
+    pub const VOCAB_IMPORT: &str = "vocab.json";
     /// `pack`: token files, `u16` little-endian ids.
     pub const TRAIN_BIN: &str = "train.bin";
     pub const VAL_BIN: &str = "val.bin";

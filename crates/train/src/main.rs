@@ -39,11 +39,12 @@ enum Command {
     /// Clean the corpus, split off validation text, generate the task
     /// passages (training names and held-out names).
     Data(DataArgs),
-    /// Train the byte-level BPE; write tokenizer.json and tokenizer.gguf.
+    /// Train the byte-level BPE; write tokenizer.json and tokenizer.gguf
+    /// (or, with --from-model, take an existing model's tokenizer).
     Bpe(BpeArgs),
     /// Tokenize everything into train.bin, val.bin, eval.bin (u16) and
     /// pack.json.
-    Pack,
+    Pack(PackArgs),
     /// Train the network on train.bin (resumes from checkpoint.bin when
     /// present); writes checkpoint.bin, train.log.jsonl, train.json.
     Train(TrainArgs),
@@ -194,6 +195,24 @@ struct BpeArgs {
     /// Vocabulary size, including the 3 special tokens and 256 bytes.
     #[arg(long, default_value_t = bpe::DEFAULT_VOCAB)]
     vocab_size: usize,
+    /// Train nothing: copy this GGUF model's tokenizer (every tokenizer.*
+    /// key, chat template included) into tokenizer.gguf, so the network
+    /// trains on its token ids (a draft model for it, say).
+    #[arg(long, value_name = "GGUF", conflicts_with = "vocab_size")]
+    from_model: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct PackArgs {
+    /// A teacher model's generations, JSON lines of {"prompt", "ids",
+    /// "stop"} (scripts/train-draft.sh makes them with `cachefit run --json
+    /// --logprobs 0`): added to train.bin, every 10th held out as
+    /// val.distilled.bin.
+    #[arg(long, value_name = "JSONL")]
+    distilled: Option<PathBuf>,
+    /// Times the distilled training documents go into train.bin.
+    #[arg(long, default_value_t = 1, requires = "distilled")]
+    distilled_repeat: usize,
 }
 
 fn main() -> ExitCode {
@@ -204,7 +223,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Data(a) => run_data(a, &dir, progress),
         Command::Bpe(a) => run_bpe(a, &dir, progress),
-        Command::Pack => run_pack(&dir, progress),
+        Command::Pack(a) => run_pack(a, &dir, progress),
         Command::Train(a) => run_train(a, &dir, progress),
         Command::Export(a) => run_export(a, &dir),
         Command::Gates(a) => run_gates(a, &dir, progress),
@@ -259,6 +278,29 @@ fn run_data(a: DataArgs, dir: &std::path::Path, progress: bool) -> train::Result
 }
 
 fn run_bpe(a: BpeArgs, dir: &std::path::Path, progress: bool) -> train::Result<()> {
+    if let Some(model) = &a.from_model {
+        let r = train::import::run(model, dir)?;
+        println!(
+            "vocabulary: {} tokens from {} ({} tokenizer keys{}; BOS {}, EOS {})",
+            r.vocab_size,
+            r.source.display(),
+            r.keys,
+            if r.has_chat_template {
+                ", chat template"
+            } else {
+                ""
+            },
+            r.bos.map_or("none".into(), |id| id.to_string()),
+            r.eos.map_or("none".into(), |id| id.to_string()),
+        );
+        if r.checked_tokens > 0 {
+            println!(
+                "held-out text: {} tokens, decoded back to the text exactly",
+                r.checked_tokens
+            );
+        }
+        return Ok(());
+    }
     let r = bpe::run(a.vocab_size, dir, progress)?;
     println!(
         "vocabulary: {} tokens ({} merges), trained on {} documents ({} bytes)",
@@ -271,8 +313,12 @@ fn run_bpe(a: BpeArgs, dir: &std::path::Path, progress: bool) -> train::Result<(
     Ok(())
 }
 
-fn run_pack(dir: &std::path::Path, progress: bool) -> train::Result<()> {
-    let r = pack::run(dir, progress)?;
+fn run_pack(a: PackArgs, dir: &std::path::Path, progress: bool) -> train::Result<()> {
+    let options = pack::PackOptions {
+        distilled: a.distilled,
+        distilled_repeat: a.distilled_repeat,
+    };
+    let r = pack::run_with(dir, &options, progress)?;
     println!(
         "vocabulary {} tokens, ids as u16 little-endian",
         r.vocab_size

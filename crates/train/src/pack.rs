@@ -17,7 +17,15 @@
 //! `sources` list has each per-source file's text bytes and tokens.
 //! Tokenizing uses our runtime tokenizer (`tokenizer.gguf`), so the model
 //! trains on exactly the ids it will see when it runs.
+//!
+//! With an imported vocabulary (`bpe --from-model`) the documents are
+//! wrapped in that tokenizer's own BOS and EOS. `--distilled FILE` adds a
+//! teacher's generations ([`distill`]): their training part (repeated
+//! `--distilled-repeat` times) after the corpus in `train.bin`, their
+//! held-out part as `val.distilled.bin`, first in `val.bin` (so
+//! `train --eval-windows N` scores the teacher's text).
 
+use crate::distill::{self, Distilled};
 use crate::documents;
 use crate::error::{Error, Result};
 use crate::files;
@@ -25,6 +33,7 @@ use crate::paths;
 use crate::vocab::{load_runtime, BOS_ID, EOS_ID, PAD_ID};
 use serde_json::json;
 use std::path::Path;
+use std::path::PathBuf;
 
 /// One packed split.
 #[derive(Clone, Debug)]
@@ -53,6 +62,26 @@ struct Split<'a> {
     sources: Vec<(&'static str, &'a str)>,
 }
 
+/// What `pack` adds to the corpus.
+#[derive(Clone, Debug, Default)]
+pub struct PackOptions {
+    /// A teacher's generations ([`distill`]).
+    pub distilled: Option<PathBuf>,
+    /// How many times their training part goes into `train.bin` (≥ 1).
+    pub distilled_repeat: usize,
+}
+
+/// The ids documents are wrapped in: the tokenizer's BOS and EOS (ours are
+/// 1 and 2; an imported one's may differ); one stands in for the other
+/// when the tokenizer has only one.
+fn frame_ids(vocab: &tokenize::Vocab) -> (u16, u16) {
+    match (vocab.bos(), vocab.eos()) {
+        (Some(b), Some(e)) => (b as u16, e as u16),
+        (Some(x), None) | (None, Some(x)) => (x as u16, x as u16),
+        (None, None) => (BOS_ID as u16, EOS_ID as u16),
+    }
+}
+
 /// Tokenize documents as `BOS tokens EOS` each, in order, on all cores.
 pub fn encode_documents(
     vocab: &tokenize::Vocab,
@@ -68,6 +97,7 @@ fn encode_each(
     docs: &[String],
     bar: &indicatif::ProgressBar,
 ) -> Vec<Vec<u16>> {
+    let (bos, eos) = frame_ids(vocab);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let per = docs.len().div_ceil(threads).max(1);
     let parts: Vec<Vec<Vec<u16>>> = std::thread::scope(|s| {
@@ -77,10 +107,10 @@ fn encode_each(
                 s.spawn(move || {
                     let mut out = Vec::new();
                     for doc in chunk {
-                        let mut tokens = vec![BOS_ID as u16];
+                        let mut tokens = vec![bos];
                         // Ids fit: `bpe` caps the vocabulary at 2^16.
                         tokens.extend(vocab.encode(doc, false, false).iter().map(|&id| id as u16));
-                        tokens.push(EOS_ID as u16);
+                        tokens.push(eos);
                         bar.inc(doc.len() as u64);
                         out.push(tokens);
                     }
@@ -170,6 +200,11 @@ pub fn to_le_bytes(tokens: &[u16]) -> Vec<u8> {
 
 /// Run the stage on the `data` and `bpe` stages' output in `dir`.
 pub fn run(dir: &Path, progress: bool) -> Result<PackReport> {
+    run_with(dir, &PackOptions::default(), progress)
+}
+
+/// [`run`], with distilled text added as `options` says.
+pub fn run_with(dir: &Path, options: &PackOptions, progress: bool) -> Result<PackReport> {
     let tokenizer_path = files::stage_input(dir, paths::TOKENIZER_GGUF, "bpe")?;
     let vocab = load_runtime(&tokenizer_path)?;
     if vocab.len() > crate::bpe::MAX_VOCAB {
@@ -185,6 +220,24 @@ pub fn run(dir: &Path, progress: bool) -> Result<PackReport> {
     let (corpus_train, tasks_train) = (read(paths::CORPUS_TRAIN)?, read(paths::TASKS_TRAIN)?);
     let (corpus_val, tasks_eval) = (read(paths::CORPUS_VAL)?, read(paths::TASKS_EVAL)?);
     let val_sources = val_sources(dir, &data_manifest, &corpus_val)?;
+    let distilled = match &options.distilled {
+        Some(path) => {
+            if val_sources.iter().any(|s| s.stem == distill::STEM) {
+                return Err(Error::Config(format!(
+                    "a corpus file is named `{}`, as the distilled text's validation file is: \
+                     rename it",
+                    distill::STEM
+                )));
+            }
+            if options.distilled_repeat == 0 {
+                return Err(Error::Config(
+                    "--distilled-repeat must be at least 1".into(),
+                ));
+            }
+            Some(distill::load(path, &vocab)?)
+        }
+        None => None,
+    };
     let tails: Vec<&str> = val_sources.iter().map(|s| s.text).collect();
     let splits = [
         Split {
@@ -227,6 +280,19 @@ pub fn run(dir: &Path, progress: bool) -> Result<PackReport> {
     } in &splits
     {
         let per_doc = encode_each(&vocab, docs, &bar);
+        let mut extra = (Vec::new(), 0, 0); // distilled tokens, documents, text bytes
+        if let (Some(d), "val") = (&distilled, *name) {
+            let report = write_distilled_val(dir, d, &mut sources_json)?;
+            extra = (d.val.concat(), d.val.len(), d.val_bytes);
+            source_reports.push(report);
+        }
+        if let (Some(d), "train") = (&distilled, *name) {
+            extra = (
+                d.train.concat().repeat(options.distilled_repeat),
+                d.train.len() * options.distilled_repeat,
+                d.train_bytes * options.distilled_repeat,
+            );
+        }
         if *name == "val" {
             // The validation documents are the non-empty tails, in order.
             let mut docs_tokens = docs.iter().zip(&per_doc);
@@ -259,19 +325,27 @@ pub fn run(dir: &Path, progress: bool) -> Result<PackReport> {
                 source_reports.push(report);
             }
         }
-        let tokens = per_doc.concat();
+        // Distilled validation text first, distilled training text last.
+        let tokens = match *name {
+            "val" => [extra.0, per_doc.concat()].concat(),
+            _ => [per_doc.concat(), extra.0].concat(),
+        };
         let bytes = to_le_bytes(&tokens);
         files::write(&dir.join(file), &bytes)?;
-        let from: Vec<serde_json::Value> = sources
+        let mut from: Vec<serde_json::Value> = sources
             .iter()
             .map(|(f, text)| json!({ "file": f, "sha256": files::sha256_hex(text.as_bytes()) }))
             .collect();
-        let text_bytes = docs.iter().map(String::len).sum();
+        if let (Some(d), "train" | "val") = (&distilled, *name) {
+            from.push(json!({ "file": d.path.display().to_string(), "sha256": d.sha256 }));
+        }
+        let text_bytes = docs.iter().map(String::len).sum::<usize>() + extra.2;
+        let documents = docs.len() + extra.1;
         described.insert(
             name.to_string(),
             json!({
                 "file": file,
-                "documents": docs.len(),
+                "documents": documents,
                 "tokens": tokens.len(),
                 "text_bytes": text_bytes,
                 "sha256": files::sha256_hex(&bytes),
@@ -281,32 +355,71 @@ pub fn run(dir: &Path, progress: bool) -> Result<PackReport> {
         reports.push(SplitReport {
             name: name.to_string(),
             file: file.to_string(),
-            documents: docs.len(),
+            documents,
             tokens: tokens.len(),
             text_bytes,
         });
     }
     bar.finish_and_clear();
 
-    let manifest = json!({
+    let mut manifest = json!({
         "stage": "pack",
         "dtype": "u16le",
         "layout": "documents back to back, each <|bos|> tokens <|eos|>",
         "vocab_size": vocab.len(),
-        "pad_id": PAD_ID,
-        "bos_id": BOS_ID,
-        "eos_id": EOS_ID,
+        "pad_id": vocab.special_tokens().pad.unwrap_or(PAD_ID),
+        "bos_id": frame_ids(&vocab).0,
+        "eos_id": frame_ids(&vocab).1,
         "tokenizer": { "file": paths::TOKENIZER_GGUF, "sha256": tokenizer_sha },
         "corpus_sources": data_manifest["sources"],
         "seed": data_manifest["seed"],
         "splits": described,
         "sources": sources_json,
     });
+    if let Some(d) = &distilled {
+        manifest["distilled"] = json!({
+            "file": d.path.display().to_string(),
+            "sha256": d.sha256,
+            "repeat": options.distilled_repeat,
+            "train_documents": d.train.len(),
+            "train_tokens": d.train.iter().map(Vec::len).sum::<usize>(),
+            "val_documents": d.val.len(),
+            "generated_tokens": d.generated_tokens,
+        });
+    }
     files::write_json(&dir.join(paths::PACK_MANIFEST), &manifest)?;
     Ok(PackReport {
         vocab_size: vocab.len(),
         splits: reports,
         sources: source_reports,
+    })
+}
+
+/// `val.distilled.bin`: the teacher's held-out generations.
+fn write_distilled_val(
+    dir: &Path,
+    d: &Distilled,
+    sources_json: &mut Vec<serde_json::Value>,
+) -> Result<SplitReport> {
+    let tokens = d.val.concat();
+    let file = format!("val.{}.bin", distill::STEM);
+    let bytes = to_le_bytes(&tokens);
+    files::write(&dir.join(&file), &bytes)?;
+    sources_json.push(json!({
+        "name": distill::STEM,
+        "corpus": d.path.display().to_string(),
+        "file": file,
+        "documents": d.val.len(),
+        "tokens": tokens.len(),
+        "text_bytes": d.val_bytes,
+        "sha256": files::sha256_hex(&bytes),
+    }));
+    Ok(SplitReport {
+        name: format!("val.{}", distill::STEM),
+        file,
+        documents: d.val.len(),
+        tokens: tokens.len(),
+        text_bytes: d.val_bytes,
     })
 }
 

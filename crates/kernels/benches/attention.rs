@@ -53,13 +53,18 @@ fn bench(c: &mut Criterion) {
             let q: Vec<f32> = (0..heads * hd).map(|_| rng.gen_range(-1.0..1.0)).collect();
             let mut scores = vec![0.0f32; heads * vecops::scores_len(n)];
             let mut out = vec![0.0f32; heads * hd];
+            let mut st = vec![0.0f32; 2 * heads];
             let copies = (COLD_BYTES / (2 * kv_len * 2)).max(2);
-            let caches: Vec<(Vec<f16>, Vec<f16>)> = (0..copies)
-                .map(|_| (cache(&mut rng, kv_len), cache(&mut rng, kv_len)))
+            // One allocation, as a model's cache is: keys and values of
+            // each copy side by side.
+            let all = cache(&mut rng, copies * 2 * kv_len);
+            let caches: Vec<(&[f16], &[f16])> = all
+                .chunks_exact(2 * kv_len)
+                .map(|c| c.split_at(kv_len))
                 .collect();
             fn attention<'a>(
                 q: &'a [f32],
-                (k, v): &'a (Vec<f16>, Vec<f16>),
+                &(k, v): &(&'a [f16], &'a [f16]),
                 hd: usize,
                 n: usize,
             ) -> Attention<'a, f16> {
@@ -69,6 +74,7 @@ fn bench(c: &mut Criterion) {
                     keys: k,
                     values: v,
                     stride: n,
+                    first: 0,
                     n_pos: n,
                     scale: 1.0 / (hd as f32).sqrt(),
                     softcap: 0.0,
@@ -78,7 +84,12 @@ fn bench(c: &mut Criterion) {
             let id = format!("{name}/h{heads}xd{hd}");
             g.bench_function(BenchmarkId::new(format!("hot/{id}"), n), |b| {
                 b.iter(|| {
-                    vecops::attend_f16(&attention(&q, &caches[0], hd, n), &mut scores, &mut out)
+                    vecops::attend_f16(
+                        &attention(&q, &caches[0], hd, n),
+                        &mut scores,
+                        &mut out,
+                        &mut st,
+                    )
                 });
                 black_box(&out);
             });
@@ -86,7 +97,12 @@ fn bench(c: &mut Criterion) {
             g.bench_function(BenchmarkId::new(format!("cold/{id}"), n), |b| {
                 b.iter(|| {
                     next = (next + 1) % caches.len();
-                    vecops::attend_f16(&attention(&q, &caches[next], hd, n), &mut scores, &mut out)
+                    vecops::attend_f16(
+                        &attention(&q, &caches[next], hd, n),
+                        &mut scores,
+                        &mut out,
+                        &mut st,
+                    )
                 });
                 black_box(&out);
             });

@@ -34,6 +34,7 @@ fn main() {
     let values16: Vec<f16> = values.iter().map(|&x| f16::from_f32(x)).collect();
     let mut scores = vec![0.0; nh * kernels::vecops::scores_len(ctx)];
     let mut out = vec![0.0; nh * hd];
+    let mut st = vec![0.0; 2 * nh];
     println!("| op | size | kernels | ns/call |");
     println!("|---|---|---|---:|");
     for isa in Isa::supported() {
@@ -45,13 +46,14 @@ fn main() {
                 keys: &keys,
                 values: &values,
                 stride: ctx,
+                first: 0,
                 n_pos,
                 scale: 0.2357,
                 softcap: 0.0,
             };
             let ns = per_call(
                 200,
-                Box::new(|| (k.attend)(black_box(&a), &mut scores, &mut out)),
+                Box::new(|| (k.attend)(black_box(&a), &mut scores, &mut out, &mut st)),
             );
             println!(
                 "| attend {nh}×{hd}, f32 K/V | {n_pos} positions | {} | {ns:.0} |",
@@ -63,13 +65,14 @@ fn main() {
                 keys: &keys16,
                 values: &values16,
                 stride: ctx,
+                first: 0,
                 n_pos,
                 scale: 0.2357,
                 softcap: 0.0,
             };
             let ns = per_call(
                 200,
-                Box::new(|| (k.attend_f16)(black_box(&a), &mut scores, &mut out)),
+                Box::new(|| (k.attend_f16)(black_box(&a), &mut scores, &mut out, &mut st)),
             );
             println!(
                 "| attend {nh}×{hd}, f16 K/V | {n_pos} positions | {} | {ns:.0} |",

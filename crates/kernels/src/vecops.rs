@@ -7,9 +7,12 @@
 //! Every op is one plain body (loops over independent lanes, reductions
 //! into 16 explicit lane accumulators) compiled three times: for AVX-512,
 //! for AVX2+FMA and for the baseline target, listed in [`VecKernels`] per
-//! set for the kernel tables ([`crate::Kernels::vecops`]). Rust never contracts `a * b + c` into an FMA and
-//! the accumulation order is written out, so **all three give bit-identical
-//! results**; only their speed differs.
+//! set for the kernel tables ([`crate::Kernels::vecops`]). Rust never
+//! contracts `a * b + c` into an FMA, attention's products are written as
+//! explicit fused multiply-adds (`mul_add`: the FMA instruction where the
+//! set has it, the exactly rounded libm `fmaf` on the baseline, slow but
+//! the same bits), and the accumulation order is written out, so **all
+//! three give bit-identical results**; only their speed differs.
 //!
 //! Accuracy: [`exp`] is within 2 ulp of the true value on its range (Cephes'
 //! `expf` polynomial); `tanh`, SiLU and softmax inherit that.
@@ -243,9 +246,14 @@ fn softmax_body(x: &mut [f32]) {
 }
 
 /// Check an [`Attention`] call's shapes; returns `(n_heads, sp)`, `sp`
-/// the scores row stride (`n_pos` rounded up to 16).
+/// the scores row stride (`first + n_pos` rounded up to 16).
 #[inline(always)]
-fn check<T: KvElement>(a: &Attention<'_, T>, scores: &[f32], out: &[f32]) -> (usize, usize) {
+fn check<T: KvElement>(
+    a: &Attention<'_, T>,
+    scores: &[f32],
+    out: &[f32],
+    stats: &[f32],
+) -> (usize, usize) {
     let (hd, n, stride) = (a.head_dim, a.n_pos, a.stride);
     let nh = a.q.len() / hd.max(1);
     assert!(
@@ -253,31 +261,46 @@ fn check<T: KvElement>(a: &Attention<'_, T>, scores: &[f32], out: &[f32]) -> (us
         "attend: q and out must be whole heads of the same size"
     );
     assert!(
-        n >= 1 && n <= stride,
-        "attend: {n} positions, stride {stride}"
+        stats.len() == 2 * nh,
+        "attend: stats takes a maximum and a sum per head"
     );
     assert!(
-        a.keys.len() >= (hd - 1) * stride + n && a.values.len() >= (hd - 1) * stride + n,
-        "attend: keys/values shorter than head_dim rows of the stride"
+        a.first < KEY_BLOCK && n >= 1 && a.first + n <= stride,
+        "attend: positions {}..{} of a stride of {stride}",
+        a.first,
+        a.first + n
     );
-    let sp = scores_len(n);
+    let sp = scores_len(a.first + n);
+    assert!(
+        a.keys.len() >= sp * hd,
+        "attend: keys shorter than the blocks of 16 positions they are read in"
+    );
+    assert!(
+        a.values.len() >= (hd - 1) * stride + a.first + n,
+        "attend: values shorter than head_dim rows of the stride"
+    );
     assert!(
         scores.len() >= nh * sp,
-        "attend: scores need n_heads × (n_pos rounded up to 16) floats"
+        "attend: scores need n_heads × (first + n_pos rounded up to 16) floats"
     );
     (nh, sp)
 }
 
 /// `Σ_p w[p]·v[p]` over whole 16-lane chunks (lane `p % 16`), then the
-/// tree; `v` is read as zeros past its end.
+/// tree; `v` is read as zeros before `from` and past its end.
 #[inline(always)]
-fn dot_padded<T: KvElement>(w: &[f32], v: &[T]) -> f32 {
+fn dot_padded<T: KvElement>(w: &[f32], v: &[T], from: usize) -> f32 {
     let mut acc = [0.0f32; LANES];
     let mut p0 = 0;
     while p0 < w.len() {
-        let (wc, vc) = (load16(w, p0), load16(v, p0));
+        let (wc, mut vc) = (load16(w, p0), load16(v, p0));
+        for (l, x) in vc.iter_mut().enumerate() {
+            if p0 + l < from {
+                *x = 0.0;
+            }
+        }
         for l in 0..LANES {
-            acc[l] += wc[l] * vc[l];
+            acc[l] = wc[l].mul_add(vc[l], acc[l]);
         }
         p0 += LANES;
     }
@@ -288,61 +311,96 @@ fn dot_padded<T: KvElement>(w: &[f32], v: &[T]) -> f32 {
 /// [`attend`]: the reference for the AVX-512 kernel, which must give the
 /// same bits. Per head: scores over positions (summed over dimensions in
 /// order, positions in the vector lanes), softmax over rows padded to 16
-/// lanes (zeros past `n_pos`), then each output dimension as a dot over
-/// positions.
+/// lanes (zeros outside `first..first + n_pos`), then each output
+/// dimension as a dot over positions.
 #[inline(always)]
-fn attend_body<T: KvElement>(a: &Attention<'_, T>, scores: &mut [f32], out: &mut [f32]) {
-    let (nh, sp) = check(a, scores, out);
-    let (hd, n, stride) = (a.head_dim, a.n_pos, a.stride);
-    for (h, (s, oh)) in scores
+fn attend_body<T: KvElement>(
+    a: &Attention<'_, T>,
+    scores: &mut [f32],
+    out: &mut [f32],
+    stats: &mut [f32],
+) {
+    let (nh, sp) = check(a, scores, out, stats);
+    let (hd, stride) = (a.head_dim, a.stride);
+    let (from, end) = (a.first, a.first + a.n_pos);
+    for (h, ((s, oh), st)) in scores
         .chunks_exact_mut(sp)
         .zip(out.chunks_exact_mut(hd))
+        .zip(stats.chunks_exact_mut(2))
         .take(nh)
         .enumerate()
     {
         s.fill(0.0);
-        for i in 0..hd {
-            let qs = a.q[h * hd + i] * a.scale;
-            let k = &a.keys[i * stride..i * stride + n];
-            for (sp, &kp) in s.iter_mut().zip(k) {
-                *sp += qs * kp.widen();
+        // Block b holds positions 16b.. as (head_dim, 16).
+        for (b, (sb, kb)) in s
+            .chunks_exact_mut(KEY_BLOCK)
+            .zip(a.keys.chunks_exact(KEY_BLOCK * hd))
+            .enumerate()
+        {
+            let lanes = from.saturating_sub(b * KEY_BLOCK)..(end - b * KEY_BLOCK).min(KEY_BLOCK);
+            for i in 0..hd {
+                let qs = a.q[h * hd + i] * a.scale;
+                let k = &kb[i * KEY_BLOCK..][..KEY_BLOCK];
+                for l in lanes.clone() {
+                    sb[l] = qs.mul_add(k[l].widen(), sb[l]);
+                }
             }
         }
         if a.softcap > 0.0 {
-            softcap_body(&mut s[..n], a.softcap);
+            softcap_body(&mut s[from..end], a.softcap);
         }
-        s[n..].fill(f32::NEG_INFINITY);
+        s[..from].fill(f32::NEG_INFINITY);
+        s[end..].fill(f32::NEG_INFINITY);
         let m = max16(s);
         for v in s.iter_mut() {
             *v = exp(*v - m);
         }
-        s[n..].fill(0.0);
-        let inv = 1.0 / sum16(s);
+        s[..from].fill(0.0);
+        s[end..].fill(0.0);
+        let sum = sum16(s);
+        st.copy_from_slice(&[m, sum]);
+        let inv = 1.0 / sum;
         for v in s.iter_mut() {
             *v *= inv;
         }
         for (i, o) in oh.iter_mut().enumerate() {
-            *o = dot_padded(s, &a.values[i * stride..i * stride + n]);
+            *o = dot_padded(s, &a.values[i * stride..i * stride + end], from);
         }
     }
 }
 
+/// Positions per block of keys ([`Attention::keys`]).
+pub const KEY_BLOCK: usize = 16;
+
+/// Where dimension `i` of position `p` is in keys stored in blocks of
+/// [`KEY_BLOCK`] positions, `(blocks, head_dim, 16)`.
+#[inline(always)]
+pub fn key_index(head_dim: usize, p: usize, i: usize) -> usize {
+    (p / KEY_BLOCK) * KEY_BLOCK * head_dim + i * KEY_BLOCK + p % KEY_BLOCK
+}
+
 /// Several query heads attending over the same key/value head (multi-query
-/// attention, or one group of grouped-query attention), with keys and
-/// values stored transposed: row `i` of [`Attention::keys`] holds dimension
-/// `i` of every position, so each step works on many positions at once
-/// whatever the head size. Keys and values are f32 or f16 ([`KvElement`]).
+/// attention, or one group of grouped-query attention). Keys are stored in
+/// blocks of 16 positions, so the score pass reads one sequential stream
+/// (a block is `head_dim` rows of 16 lanes); values are stored transposed,
+/// row `i` holding dimension `i` of every position, so the value pass
+/// reads a few long rows. Each step works on 16 positions at once whatever
+/// the head size. Keys and values are f32 or f16 ([`KvElement`]).
 pub struct Attention<'a, T: KvElement = f32> {
     /// `(n_heads, head_dim)` queries.
     pub q: &'a [f32],
     pub head_dim: usize,
-    /// `(head_dim, stride)` keys: dimension `i` of position `p` at
-    /// `i·stride + p`.
+    /// `(blocks, head_dim, 16)` keys: dimension `i` of position `p` at
+    /// [`key_index`]`(head_dim, p, i)`; blocks are read whole.
     pub keys: &'a [T],
-    /// `(head_dim, stride)` values, laid out as the keys.
+    /// `(head_dim, stride)` values: dimension `i` of position `p` at
+    /// `i·stride + p`.
     pub values: &'a [T],
     pub stride: usize,
-    /// Positions `0..n_pos` are attended to (1 ≤ n_pos ≤ stride).
+    /// Positions `first..first + n_pos` are attended to; `first < 16`
+    /// (a sliding window starts inside the first block), `first + n_pos ≤
+    /// stride`.
+    pub first: usize,
     pub n_pos: usize,
     /// Multiplies the scores (`1/√head_dim`).
     pub scale: f32,
@@ -350,6 +408,9 @@ pub struct Attention<'a, T: KvElement = f32> {
     /// (Gemma 2), 0 for none.
     pub softcap: f32,
 }
+
+/// An attention kernel: `(call, scores, out, stats)`, see [`attend`].
+pub type AttendFn<T> = fn(&Attention<'_, T>, &mut [f32], &mut [f32], &mut [f32]);
 
 /// The ops of one instruction set (the free functions below run the
 /// selected set's).
@@ -362,9 +423,9 @@ pub struct VecKernels {
     /// [`softmax`].
     pub softmax: fn(&mut [f32]),
     /// [`attend`].
-    pub attend: fn(&Attention<'_>, &mut [f32], &mut [f32]),
+    pub attend: AttendFn<f32>,
     /// [`attend_f16`].
-    pub attend_f16: fn(&Attention<'_, f16>, &mut [f32], &mut [f32]),
+    pub attend_f16: AttendFn<f16>,
 }
 
 const SCALAR: VecKernels = VecKernels {
@@ -395,12 +456,12 @@ macro_rules! x86_table {
                 softmax_body(x)
             }
             #[target_feature(enable = $features)]
-            fn attend(a: &Attention<'_>, s: &mut [f32], o: &mut [f32]) {
-                $attend(a, s, o)
+            fn attend(a: &Attention<'_>, s: &mut [f32], o: &mut [f32], st: &mut [f32]) {
+                $attend(a, s, o, st)
             }
             #[target_feature(enable = $features)]
-            fn attend_f16(a: &Attention<'_, f16>, s: &mut [f32], o: &mut [f32]) {
-                $attend(a, s, o)
+            fn attend_f16(a: &Attention<'_, f16>, s: &mut [f32], o: &mut [f32], st: &mut [f32]) {
+                $attend(a, s, o, st)
             }
 
             // The SAFETY of every call below: this table is reachable
@@ -415,9 +476,9 @@ macro_rules! x86_table {
                 // SAFETY: see above.
                 softmax: |x| unsafe { softmax(x) },
                 // SAFETY: see above.
-                attend: |a, s, o| unsafe { attend(a, s, o) },
+                attend: |a, s, o, st| unsafe { attend(a, s, o, st) },
                 // SAFETY: see above.
-                attend_f16: |a, s, o| unsafe { attend_f16(a, s, o) },
+                attend_f16: |a, s, o, st| unsafe { attend_f16(a, s, o, st) },
             };
         }
     };
@@ -461,22 +522,25 @@ pub fn softmax(x: &mut [f32]) {
 
 /// `out[h] = softmax(scale · q[h]·K) · V` for every query head `h` of
 /// `a.q`; `scores` is a work area of at least `n_heads ×` [`scores_len`]
-/// floats, `out` is `(n_heads, head_dim)`.
+/// floats, `out` is `(n_heads, head_dim)`, `stats` gets each head's
+/// softmax maximum and sum of exponentials, `(n_heads, 2)` (what combining
+/// this result with another range of positions' needs).
 ///
 /// Panics if the shapes disagree.
-pub fn attend(a: &Attention<'_>, scores: &mut [f32], out: &mut [f32]) {
-    (selected().attend)(a, scores, out)
+pub fn attend(a: &Attention<'_>, scores: &mut [f32], out: &mut [f32], stats: &mut [f32]) {
+    (selected().attend)(a, scores, out, stats)
 }
 
-/// Floats of [`attend`]'s work area per query head for `n_pos` positions.
+/// Floats of [`attend`]'s work area per query head for `n_pos` positions
+/// (`first + n_pos` of an [`Attention`]).
 pub fn scores_len(n_pos: usize) -> usize {
     n_pos.next_multiple_of(LANES)
 }
 
 /// [`attend`] for keys and values stored as f16 (each widened exactly as
 /// it is loaded: the result equals [`attend`] on the widened rows).
-pub fn attend_f16(a: &Attention<'_, f16>, scores: &mut [f32], out: &mut [f32]) {
-    (selected().attend_f16)(a, scores, out)
+pub fn attend_f16(a: &Attention<'_, f16>, scores: &mut [f32], out: &mut [f32], stats: &mut [f32]) {
+    (selected().attend_f16)(a, scores, out, stats)
 }
 
 #[cfg(test)]
@@ -575,84 +639,164 @@ mod tests {
         }
     }
 
+    /// Keys `(hd, stride)` by columns, in the blocks of 16 positions
+    /// [`Attention::keys`] reads (zeros past `stride`).
+    fn blocked<T: Copy + Default>(cols: &[T], hd: usize, stride: usize) -> Vec<T> {
+        let mut out = vec![T::default(); stride.next_multiple_of(KEY_BLOCK) * hd];
+        for i in 0..hd {
+            for p in 0..stride {
+                out[key_index(hd, p, i)] = cols[i * stride + p];
+            }
+        }
+        out
+    }
+
+    /// `softmax(scale · q·K) · V` in f64 over positions `first..first + n`
+    /// of column-stored keys and values, the scores soft-capped when
+    /// `cap > 0`; and per head the maximum score and the sum of
+    /// exponentials.
+    #[allow(clippy::too_many_arguments)]
+    fn reference(
+        q: &[f32],
+        hd: usize,
+        keys: &[f32],
+        values: &[f32],
+        stride: usize,
+        positions: std::ops::Range<usize>,
+        scale: f64,
+        cap: f64,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let (mut out, mut stats) = (vec![], vec![]);
+        for qh in q.chunks_exact(hd) {
+            let s: Vec<f64> = positions
+                .clone()
+                .map(|p| {
+                    let d = (0..hd)
+                        .map(|i| qh[i] as f64 * keys[i * stride + p] as f64)
+                        .sum::<f64>()
+                        * scale;
+                    if cap > 0.0 {
+                        cap * (d / cap).tanh()
+                    } else {
+                        d
+                    }
+                })
+                .collect();
+            let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
+            let z: f64 = e.iter().sum();
+            stats.extend([m, z]);
+            for i in 0..hd {
+                let o: f64 = positions
+                    .clone()
+                    .zip(&e)
+                    .map(|(p, e)| e * values[i * stride + p] as f64)
+                    .sum();
+                out.push(o / z);
+            }
+        }
+        (out, stats)
+    }
+
     /// Attention against a plain f64 computation, and identical across
-    /// kernel sets, for head sizes and position counts around the lanes.
+    /// kernel sets, for head sizes and position counts around the lanes,
+    /// from the start of the rows or from inside the first block (a
+    /// sliding window).
     #[test]
     fn attention_matches_reference() {
-        for (hd, nh, n_pos, stride) in [
-            (18, 8, 1, 1),
-            (18, 8, 17, 40),
-            (6, 4, 33, 33),
-            (18, 8, 1000, 1024),
-            (1, 1, 5, 5),
+        for (hd, nh, first, n_pos, stride) in [
+            (18, 8, 0, 1, 1),
+            (18, 8, 0, 17, 40),
+            (18, 8, 5, 17, 40),
+            (6, 4, 0, 33, 33),
+            (6, 4, 15, 18, 33),
+            (18, 8, 0, 1000, 1024),
+            (18, 8, 9, 1000, 1024),
+            (1, 1, 0, 5, 5),
+            (1, 1, 3, 1, 5),
             // Every head-block size (8, 4, 3, 2, 1 for scores; 4, 3, 2, 1
             // for values), chunk counts that leave single chunks after the
             // blocks of 2, 4 or 8, and dimensions that end a value block
             // early.
-            (64, 3, 1025, 1088),
-            (64, 9, 70, 80),
-            (7, 5, 49, 50),
-            (13, 7, 130, 131),
-            (5, 6, 65, 70),
-            (3, 12, 100, 100),
-            (20, 1, 129, 130),
-            (9, 2, 16, 16),
-            (11, 15, 200, 203),
+            (64, 3, 0, 1025, 1088),
+            (64, 3, 7, 1025, 1088),
+            (64, 9, 0, 70, 80),
+            (7, 5, 0, 49, 50),
+            (13, 7, 0, 130, 131),
+            (13, 7, 1, 130, 131),
+            (5, 6, 0, 65, 70),
+            (3, 12, 0, 100, 100),
+            (20, 1, 0, 129, 130),
+            (20, 1, 14, 116, 130),
+            (9, 2, 0, 16, 16),
+            (9, 2, 4, 12, 16),
+            (11, 15, 0, 200, 203),
+            (11, 15, 2, 200, 203),
         ] {
-            let mut r = rng((hd * 1000 + n_pos) as u64);
+            let mut r = rng((hd * 1000 + n_pos + first) as u64);
             let q = weights(&mut r, nh * hd);
             let keys: Vec<f32> = (0..hd * stride).map(|_| r.gen_range(-2.0..2.0)).collect();
             let values: Vec<f32> = (0..hd * stride).map(|_| r.gen_range(-2.0..2.0)).collect();
+            let kb = blocked(&keys, hd, stride);
             let a = Attention {
                 q: &q,
                 head_dim: hd,
-                keys: &keys,
+                keys: &kb,
                 values: &values,
                 stride,
+                first,
                 n_pos,
                 scale: 1.0 / (hd as f32).sqrt(),
                 softcap: 0.0,
             };
-            let mut scores = vec![f32::NAN; nh * scores_len(n_pos)];
+            let mut scores = vec![f32::NAN; nh * scores_len(first + n_pos)];
             let mut want = vec![f32::NAN; nh * hd];
-            (ops(Isa::Scalar).attend)(&a, &mut scores, &mut want);
-            for h in 0..nh {
-                let s: Vec<f64> = (0..n_pos)
-                    .map(|p| {
-                        (0..hd)
-                            .map(|i| q[h * hd + i] as f64 * keys[i * stride + p] as f64)
-                            .sum::<f64>()
-                            / (hd as f64).sqrt()
-                    })
-                    .collect();
-                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
-                let z: f64 = e.iter().sum();
-                for i in 0..hd {
-                    let o: f64 = (0..n_pos)
-                        .map(|p| e[p] * values[i * stride + p] as f64)
-                        .sum::<f64>()
-                        / z;
-                    let got = want[h * hd + i] as f64;
-                    assert!(
-                        (got - o).abs() < 2e-5,
-                        "hd {hd} n {n_pos} head {h} dim {i}: {got} vs {o}"
-                    );
-                }
+            let (mut want_st, mut st) = (vec![f32::NAN; 2 * nh], vec![f32::NAN; 2 * nh]);
+            (ops(Isa::Scalar).attend)(&a, &mut scores, &mut want, &mut want_st);
+            let scale = 1.0 / (hd as f64).sqrt();
+            let (f64_out, f64_st) = reference(
+                &q,
+                hd,
+                &keys,
+                &values,
+                stride,
+                first..first + n_pos,
+                scale,
+                0.0,
+            );
+            for (k, (&got, &o)) in want_st.iter().zip(&f64_st).enumerate() {
+                assert!(
+                    (got as f64 - o).abs() < 1e-5 * o.abs().max(1.0),
+                    "hd {hd} first {first} n {n_pos} stat {k}: {got} vs {o}"
+                );
+            }
+            for (k, (&got, &o)) in want.iter().zip(&f64_out).enumerate() {
+                assert!(
+                    (got as f64 - o).abs() < 2e-5,
+                    "hd {hd} first {first} n {n_pos} head {} dim {}: {got} vs {o}",
+                    k / hd,
+                    k % hd
+                );
             }
             for isa in Isa::supported() {
                 let mut out = vec![f32::NAN; nh * hd];
-                (ops(isa).attend)(&a, &mut scores, &mut out);
-                assert_eq!(bits(&out), bits(&want), "{isa:?} hd {hd} n {n_pos}");
+                (ops(isa).attend)(&a, &mut scores, &mut out, &mut st);
+                assert_eq!(
+                    bits(&out),
+                    bits(&want),
+                    "{isa:?} hd {hd} first {first} n {n_pos}"
+                );
+                assert_eq!(bits(&st), bits(&want_st), "{isa:?} stats");
             }
             let mut out = vec![f32::NAN; nh * hd];
-            attend(&a, &mut scores, &mut out);
+            attend(&a, &mut scores, &mut out, &mut st);
             assert_eq!(bits(&out), bits(&want));
+            assert_eq!(bits(&st), bits(&want_st));
 
             // f16 keys and values: the same bits as f32 rows holding the
             // widened values.
             let (k16, v16): (Vec<f16>, Vec<f16>) = (
-                keys.iter().map(|&x| f16::from_f32(x)).collect(),
+                kb.iter().map(|&x| f16::from_f32(x)).collect(),
                 values.iter().map(|&x| f16::from_f32(x)).collect(),
             );
             let (kw, vw): (Vec<f32>, Vec<f32>) = (
@@ -665,22 +809,73 @@ mod tests {
                 ..a
             };
             let mut want16 = vec![f32::NAN; nh * hd];
-            (ops(Isa::Scalar).attend)(&wide, &mut scores, &mut want16);
+            (ops(Isa::Scalar).attend)(&wide, &mut scores, &mut want16, &mut st);
             let half_a = Attention {
                 q: &q,
                 head_dim: hd,
                 keys: &k16,
                 values: &v16,
                 stride,
+                first,
                 n_pos,
                 scale: a.scale,
                 softcap: 0.0,
             };
             for isa in Isa::supported() {
                 let mut out = vec![f32::NAN; nh * hd];
-                (ops(isa).attend_f16)(&half_a, &mut scores, &mut out);
-                assert_eq!(bits(&out), bits(&want16), "{isa:?} f16 hd {hd} n {n_pos}");
+                (ops(isa).attend_f16)(&half_a, &mut scores, &mut out, &mut st);
+                assert_eq!(
+                    bits(&out),
+                    bits(&want16),
+                    "{isa:?} f16 hd {hd} first {first} n {n_pos}"
+                );
             }
+        }
+    }
+
+    /// Positions outside `first..first + n_pos` are not read: NaN there
+    /// changes nothing.
+    #[test]
+    fn attention_reads_only_its_positions() {
+        let (hd, nh, first, n_pos, stride) = (8, 3, 5, 20, 40);
+        let mut r = rng(11);
+        let q = weights(&mut r, nh * hd);
+        let keys: Vec<f32> = (0..hd * stride).map(|_| r.gen_range(-2.0..2.0)).collect();
+        let values: Vec<f32> = (0..hd * stride).map(|_| r.gen_range(-2.0..2.0)).collect();
+        let poison = |x: &[f32]| -> Vec<f32> {
+            let mut y = x.to_vec();
+            for i in 0..hd {
+                for p in (0..first).chain(first + n_pos..stride) {
+                    y[i * stride + p] = f32::NAN;
+                }
+            }
+            y
+        };
+        for isa in Isa::supported() {
+            let mut outs = vec![];
+            for (k, v) in [
+                (keys.clone(), values.clone()),
+                (poison(&keys), poison(&values)),
+            ] {
+                let kb = blocked(&k, hd, stride);
+                let a = Attention {
+                    q: &q,
+                    head_dim: hd,
+                    keys: &kb,
+                    values: &v,
+                    stride,
+                    first,
+                    n_pos,
+                    scale: 0.3,
+                    softcap: 0.0,
+                };
+                let mut scores = vec![f32::NAN; nh * scores_len(first + n_pos)];
+                let mut out = vec![f32::NAN; nh * hd];
+                let mut st = vec![f32::NAN; 2 * nh];
+                (ops(isa).attend)(&a, &mut scores, &mut out, &mut st);
+                outs.push((bits(&out), bits(&st)));
+            }
+            assert_eq!(outs[0], outs[1], "{isa:?}");
         }
     }
 
@@ -688,53 +883,55 @@ mod tests {
     /// reference, every set bit-equal to it, for odd sizes and tails.
     #[test]
     fn attend_softcap_matches_reference_and_sets_agree() {
-        for (hd, nh, n_pos, stride) in [(16, 3, 37, 40), (64, 8, 129, 130), (5, 1, 3, 3)] {
+        for (hd, nh, first, n_pos, stride) in [
+            (16, 3, 0, 37, 40),
+            (16, 3, 6, 31, 40),
+            (64, 8, 0, 129, 130),
+            (5, 1, 0, 3, 3),
+        ] {
             let mut r = rng((hd * 7 + n_pos) as u64);
             let q: Vec<f32> = weights(&mut r, nh * hd).iter().map(|v| v * 8.0).collect();
             let keys: Vec<f32> = (0..hd * stride).map(|_| r.gen_range(-2.0..2.0)).collect();
             let values: Vec<f32> = (0..hd * stride).map(|_| r.gen_range(-2.0..2.0)).collect();
+            let kb = blocked(&keys, hd, stride);
             let cap = 5.0f32;
             let a = Attention {
                 q: &q,
                 head_dim: hd,
-                keys: &keys,
+                keys: &kb,
                 values: &values,
                 stride,
+                first,
                 n_pos,
                 scale: 0.5,
                 softcap: cap,
             };
-            let mut scores = vec![f32::NAN; nh * scores_len(n_pos)];
+            let mut scores = vec![f32::NAN; nh * scores_len(first + n_pos)];
             let mut want = vec![f32::NAN; nh * hd];
-            (ops(Isa::Scalar).attend)(&a, &mut scores, &mut want);
-            for h in 0..nh {
-                let s: Vec<f64> = (0..n_pos)
-                    .map(|p| {
-                        let d: f64 = (0..hd)
-                            .map(|i| q[h * hd + i] as f64 * 0.5 * keys[i * stride + p] as f64)
-                            .sum();
-                        cap as f64 * (d / cap as f64).tanh()
-                    })
-                    .collect();
-                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
-                let z: f64 = e.iter().sum();
-                for i in 0..hd {
-                    let o: f64 = (0..n_pos)
-                        .map(|p| e[p] * values[i * stride + p] as f64)
-                        .sum::<f64>()
-                        / z;
-                    let got = want[h * hd + i] as f64;
-                    assert!(
-                        (got - o).abs() < 1e-4,
-                        "hd {hd} n {n_pos} head {h} dim {i}: {got} vs {o}"
-                    );
-                }
+            let (mut want_st, mut st) = (vec![f32::NAN; 2 * nh], vec![f32::NAN; 2 * nh]);
+            (ops(Isa::Scalar).attend)(&a, &mut scores, &mut want, &mut want_st);
+            let positions = first..first + n_pos;
+            let (f64_out, f64_st) =
+                reference(&q, hd, &keys, &values, stride, positions, 0.5, cap as f64);
+            for (k, (&got, &o)) in want_st.iter().zip(&f64_st).enumerate() {
+                assert!(
+                    (got as f64 - o).abs() < 1e-4 * o.abs().max(1.0),
+                    "hd {hd} n {n_pos} stat {k}: {got} vs {o}"
+                );
+            }
+            for (k, (&got, &o)) in want.iter().zip(&f64_out).enumerate() {
+                assert!(
+                    (got as f64 - o).abs() < 1e-4,
+                    "hd {hd} n {n_pos} head {} dim {}: {got} vs {o}",
+                    k / hd,
+                    k % hd
+                );
             }
             for isa in Isa::supported() {
                 let mut out = vec![f32::NAN; nh * hd];
-                (ops(isa).attend)(&a, &mut scores, &mut out);
+                (ops(isa).attend)(&a, &mut scores, &mut out, &mut st);
                 assert_eq!(bits(&out), bits(&want), "{isa:?} hd {hd} n {n_pos}");
+                assert_eq!(bits(&st), bits(&want_st), "{isa:?} stats");
             }
         }
     }

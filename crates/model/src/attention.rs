@@ -3,28 +3,32 @@
 //! [`kernels::vecops`] read, shared by every architecture.
 
 use crate::kv_cache::Columns;
-use kernels::vecops::{self, Attention, KvElement};
+use kernels::vecops::{self, Attention, KvElement, KEY_BLOCK};
 
-/// Query heads `q` over positions `0..=pos` of one kv head's `(hd,
-/// n_ctx)` keys and values.
+/// Query heads `q` over positions `span` of one kv head's keys `(stride /
+/// 16, hd, 16)` and values `(hd, stride)`.
 fn attention<'a, T: KvElement>(
     q: &'a [f32],
     hd: usize,
     keys: &'a [T],
     values: &'a [T],
-    n_ctx: usize,
+    stride: usize,
     span: std::ops::RangeInclusive<usize>,
     scale: Scale,
 ) -> Attention<'a, T> {
-    // Positions `first..=last`: the layout puts position p of dimension i
-    // at i·n_ctx + p, so starting the slices at `first` shifts every row.
+    // Positions `first..=last`: the kernel starts at the block holding
+    // `first` (keys) and at that block's first position (values: position
+    // p of dimension i is at i·stride + p, so the slice shifts every row).
     let (first, last) = (*span.start(), *span.end());
+    let lead = first % KEY_BLOCK;
+    let start = first - lead;
     Attention {
         q,
         head_dim: hd,
-        keys: &keys[first..],
-        values: &values[first..],
-        stride: n_ctx,
+        keys: &keys[start * hd..],
+        values: &values[start..],
+        stride,
+        first: lead,
         n_pos: last + 1 - first,
         scale: scale.scale,
         softcap: scale.softcap,
@@ -39,33 +43,247 @@ pub(crate) struct Scale {
     pub softcap: f32,
 }
 
-/// One token: its query heads `qg` `(group, hd)` that share kv head
-/// `kv_head` attend over positions `visible` (`0..=pos`, or a sliding
-/// window's last positions) of `cols`, a layer of `n_ctx` positions; `out`
-/// gets `(group, hd)`. `scores` holds at least `group ·`
-/// [`vecops::scores_len`]`(n_ctx)` floats.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn attend_columns(
-    cols: Columns<'_>,
-    kv_head: usize,
-    hd: usize,
-    n_ctx: usize,
-    qg: &[f32],
-    visible: std::ops::RangeInclusive<usize>,
-    scale: Scale,
-    scores: &mut [f32],
-    out: &mut [f32],
-) {
-    // Kv head g's rows (hd of n_ctx positions) start at g·hd·n_ctx.
-    let span = kv_head * hd * n_ctx..(kv_head + 1) * hd * n_ctx;
-    match cols {
-        Columns::F16 { keys, values } => {
-            let (k, v) = (&keys[span.clone()], &values[span]);
-            vecops::attend_f16(&attention(qg, hd, k, v, n_ctx, visible, scale), scores, out)
+/// Positions per segment. Attention over more positions is computed a
+/// segment at a time and the segments' results folded in order
+/// ([`fold`]), so one token's heads over a long context can be split over
+/// threads and still give the same bits as one thread; up to `SEGMENT`
+/// positions it is one kernel call.
+pub(crate) const SEGMENT: usize = 512;
+
+/// Floats of work area one [`Heads`] call needs, for `group` query heads
+/// of `hd` over a layer of `stride` positions: a segment's scores, a
+/// segment's output and softmax statistics, the running statistics.
+pub(crate) fn work_floats(group: usize, hd: usize, stride: usize) -> usize {
+    group * (vecops::scores_len(stride.min(SEGMENT)) + hd + 4)
+}
+
+/// One token's query heads `q` `(group, hd)` that share kv head `kv_head`,
+/// attending over positions `first..=last` (`0..=pos`, or a sliding
+/// window's last positions) of `cols`, a layer of `stride` positions
+/// ([`crate::kv_cache::LayerKv::stride`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Heads<'a> {
+    pub cols: Columns<'a>,
+    pub kv_head: usize,
+    pub hd: usize,
+    pub stride: usize,
+    pub q: &'a [f32],
+    pub first: usize,
+    pub last: usize,
+    pub scale: Scale,
+}
+
+impl Heads<'_> {
+    fn group(&self) -> usize {
+        self.q.len() / self.hd
+    }
+
+    /// The segments: [`SEGMENT`] positions each from the key block that
+    /// holds `first`.
+    pub fn segments(&self) -> usize {
+        let start = self.first - self.first % KEY_BLOCK;
+        (self.last + 1 - start).div_ceil(SEGMENT)
+    }
+
+    /// Segment `s` (< [`Heads::segments`]): `work` is [`work_floats`]
+    /// long; the segment's output `(group, hd)` and statistics `(group,
+    /// 2)` are left in it, see [`Heads::segment_result`].
+    pub fn segment(&self, s: usize, work: &mut [f32]) {
+        let (group, hd) = (self.group(), self.hd);
+        let (scores, rest) = work.split_at_mut(work.len() - group * (hd + 4));
+        let (out, rest) = rest.split_at_mut(group * hd);
+        self.segment_into(s, scores, out, &mut rest[..2 * group]);
+    }
+
+    /// The output and statistics [`Heads::segment`] left in `work`.
+    pub fn segment_result<'w>(&self, work: &'w [f32]) -> (&'w [f32], &'w [f32]) {
+        let (group, hd) = (self.group(), self.hd);
+        let rest = &work[work.len() - group * (hd + 4)..];
+        (&rest[..group * hd], &rest[group * hd..][..2 * group])
+    }
+
+    fn segment_into(&self, s: usize, scores: &mut [f32], out: &mut [f32], stats: &mut [f32]) {
+        let start = self.first - self.first % KEY_BLOCK;
+        let lo = self.first.max(start + s * SEGMENT);
+        let hi = self.last.min(start + (s + 1) * SEGMENT - 1);
+        let (hd, stride) = (self.hd, self.stride);
+        // Kv head g's keys and values (hd · stride each) start at g·hd·stride.
+        let span = self.kv_head * hd * stride..(self.kv_head + 1) * hd * stride;
+        let q = self.q;
+        match self.cols {
+            Columns::F16 { keys, values } => {
+                let (k, v) = (&keys[span.clone()], &values[span]);
+                let a = attention(q, hd, k, v, stride, lo..=hi, self.scale);
+                vecops::attend_f16(&a, scores, out, stats)
+            }
+            Columns::F32 { keys, values } => {
+                let (k, v) = (&keys[span.clone()], &values[span]);
+                let a = attention(q, hd, k, v, stride, lo..=hi, self.scale);
+                vecops::attend(&a, scores, out, stats)
+            }
         }
-        Columns::F32 { keys, values } => {
-            let (k, v) = (&keys[span.clone()], &values[span]);
-            vecops::attend(&attention(qg, hd, k, v, n_ctx, visible, scale), scores, out)
+    }
+
+    /// Fold the segments [`Heads::segment`] left in `items` (segment `s`
+    /// in `items[s·item..][..item]`, `item` being [`work_floats`]) into
+    /// `out` `(group, hd)`: the same bits as [`Heads::attend`].
+    pub fn gather(&self, items: &mut [f32], item: usize, out: &mut [f32]) {
+        let (group, hd) = (self.group(), self.hd);
+        let (first, later) = items.split_at_mut(item);
+        let tail = first.len() - group * (hd + 4);
+        let (out0, rest) = first[tail..].split_at_mut(group * hd);
+        let (stats0, stats) = rest.split_at_mut(2 * group);
+        out.copy_from_slice(out0);
+        stats.copy_from_slice(stats0);
+        for s in 1..self.segments() {
+            let (seg_out, seg_stats) = self.segment_result(&later[(s - 1) * item..][..item]);
+            fold(hd, out, stats, seg_out, seg_stats);
+        }
+    }
+
+    /// Every segment in order into `out` `(group, hd)`, with `work`
+    /// [`work_floats`] long.
+    pub fn attend(&self, work: &mut [f32], out: &mut [f32]) {
+        let (group, hd) = (self.group(), self.hd);
+        let (scores, rest) = work.split_at_mut(work.len() - group * (hd + 4));
+        let (seg_out, rest) = rest.split_at_mut(group * hd);
+        let (seg_stats, stats) = rest.split_at_mut(2 * group);
+        self.segment_into(0, scores, out, stats);
+        for s in 1..self.segments() {
+            self.segment_into(s, scores, seg_out, seg_stats);
+            fold(hd, out, stats, seg_out, seg_stats);
+        }
+    }
+}
+
+/// Fold a later segment's output `seg_out` `(group, hd)` and statistics
+/// `seg_stats` (per head: the maximum score and the sum of exponentials
+/// from it) into the running ones: each side weighted by its share of the
+/// combined softmax sum.
+pub(crate) fn fold(
+    hd: usize,
+    out: &mut [f32],
+    stats: &mut [f32],
+    seg_out: &[f32],
+    seg_stats: &[f32],
+) {
+    let heads = out
+        .chunks_exact_mut(hd)
+        .zip(stats.chunks_exact_mut(2))
+        .zip(seg_out.chunks_exact(hd).zip(seg_stats.chunks_exact(2)));
+    for ((o, st), (so, sst)) in heads {
+        let m = st[0].max(sst[0]);
+        let a = st[1] * vecops::exp(st[0] - m);
+        let b = sst[1] * vecops::exp(sst[0] - m);
+        let total = a + b;
+        let (wa, wb) = (a / total, b / total);
+        for (x, &y) in o.iter_mut().zip(so) {
+            *x = *x * wa + y * wb;
+        }
+        st.copy_from_slice(&[m, total]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv_cache::{KvCache, KvType};
+
+    /// A pseudo-random value in [-1, 1) for (position, element, salt).
+    fn val(p: usize, i: usize, salt: usize) -> f32 {
+        let h = (p * 7919 + i * 104_729 + salt * 1_299_709) as u64;
+        let h = h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+        (h as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// Segmented attention over long ranges (several segments, a window
+    /// starting inside a block, one position) against an f64 softmax, and
+    /// the segments computed apart then gathered give the same bits as
+    /// one call.
+    #[test]
+    fn segments_fold_to_the_softmax_and_gather_matches_attend() {
+        let (n_ctx, nkv, hd, group) = (1300, 2, 8, 3);
+        for ty in [KvType::F32, KvType::F16] {
+            let mut cache = KvCache::new(ty, 1, n_ctx, nkv, hd).unwrap();
+            let row = |p: usize, salt: usize| -> Vec<f32> {
+                (0..nkv * hd).map(|i| val(p, i, salt) * 2.0).collect()
+            };
+            for p in 0..n_ctx {
+                cache.store(0, p, &row(p, 1), &row(p, 2));
+            }
+            let kv = cache.layer(0);
+            let q: Vec<f32> = (0..group * hd).map(|i| val(i, 0, 3) * 3.0).collect();
+            let (mut key, mut value) = (vec![0.0; hd], vec![0.0; hd]);
+            for (first, last) in [
+                (0, 1299),
+                (0, 511),
+                (0, 512),
+                (5, 1100),
+                (700, 1299),
+                (0, 0),
+            ] {
+                for g in 0..nkv {
+                    let heads = Heads {
+                        cols: kv.columns().unwrap(),
+                        kv_head: g,
+                        hd,
+                        stride: kv.stride(),
+                        q: &q,
+                        first,
+                        last,
+                        scale: Scale {
+                            scale: 0.35,
+                            softcap: 0.0,
+                        },
+                    };
+                    let item = work_floats(group, hd, kv.stride());
+                    let mut work = vec![f32::NAN; item];
+                    let mut out = vec![f32::NAN; group * hd];
+                    heads.attend(&mut work, &mut out);
+                    // f64 reference, from the cache's own (rounded) values.
+                    for (h, qh) in q.chunks_exact(hd).enumerate() {
+                        let mut s = vec![];
+                        for p in first..=last {
+                            kv.key(p, g, &mut key);
+                            let d: f64 = qh
+                                .iter()
+                                .zip(&key)
+                                .map(|(&a, &b)| a as f64 * b as f64)
+                                .sum();
+                            s.push(d * 0.35);
+                        }
+                        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                        let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                        let z: f64 = e.iter().sum();
+                        let mut want = vec![0.0f64; hd];
+                        for (p, w) in (first..=last).zip(&e) {
+                            kv.value(p, g, &mut value);
+                            for (o, &v) in want.iter_mut().zip(&value) {
+                                *o += w * v as f64 / z;
+                            }
+                        }
+                        for (d, &w) in want.iter().enumerate() {
+                            let got = out[h * hd + d] as f64;
+                            assert!(
+                                (got - w).abs() < 2e-5,
+                                "{ty} {first}..={last} kv {g} head {h} dim {d}: {got} vs {w}"
+                            );
+                        }
+                    }
+                    // Apart, in reverse order (as threads might), then
+                    // gathered.
+                    let n_seg = heads.segments();
+                    assert_eq!(n_seg, (last + 1 - first / 16 * 16).div_ceil(SEGMENT));
+                    let mut items = vec![f32::NAN; n_seg * item];
+                    for s in (0..n_seg).rev() {
+                        heads.segment(s, &mut items[s * item..][..item]);
+                    }
+                    let mut gathered = vec![f32::NAN; group * hd];
+                    heads.gather(&mut items, item, &mut gathered);
+                    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&gathered), bits(&out), "{ty} {first}..={last}");
+                }
+            }
         }
     }
 }

@@ -3,11 +3,14 @@
 //! about half the bytes, as llama.cpp's `-ctk/-ctv q8_0`) or f32 (twice the
 //! bytes; what llama.cpp's reference logits were made with).
 //!
-//! Layout. f16 and f32 caches are stored by columns, `(n_layers,
-//! n_kv_heads, head_dim, n_ctx)` for keys and the same for values: one
-//! dimension of a head's positions is contiguous, which is what
-//! [`kernels::vecops::attend`] reads (16 positions per vector, several
-//! query heads per key load, f16 widened as it is loaded). A Q8_0 block runs
+//! Layout. f16 and f32 caches hold `stride` positions, `n_ctx` rounded up
+//! to 16, and are stored the way [`kernels::vecops::attend`] reads them
+//! (16 positions per vector, several query heads per key load, f16
+//! widened as it is loaded): keys in blocks of 16 positions, `(n_layers,
+//! n_kv_heads, stride / 16, head_dim, 16)`, so the score pass over a long
+//! context is one sequential read; values by columns, `(n_layers,
+//! n_kv_heads, head_dim, stride)`, one dimension of a head's positions
+//! contiguous. A Q8_0 block runs
 //! along a head, so a Q8_0 cache is stored by rows, `(n_layers, n_ctx,
 //! n_kv_heads, head_bytes)`, a head as whole blocks (which is why Q8_0
 //! needs `head_dim` to be a multiple of 32), and attention widens a layer's
@@ -19,6 +22,7 @@ use gguf::GgmlType;
 use half::f16;
 use kernels::quant::f16::f32_to_f16_row;
 use kernels::traits::traits;
+use kernels::vecops::{key_index, KEY_BLOCK};
 use std::fmt;
 use std::str::FromStr;
 
@@ -109,11 +113,22 @@ pub struct KvCache {
     codec: Codec,
     n_layers: usize,
     n_ctx: usize,
+    /// Positions held: `n_ctx` rounded up to whole key blocks (f16, f32),
+    /// `n_ctx` (q8_0).
+    stride: usize,
     n_kv_heads: usize,
     head_dim: usize,
     head_bytes: usize,
     keys: Vec<Word>,
     values: Vec<Word>,
+}
+
+/// Positions a cache of `n_ctx` holds (see [`KvCache`]'s `stride`).
+fn stride_for(ty: KvType, n_ctx: usize) -> usize {
+    match ty {
+        KvType::Q8_0 => n_ctx,
+        KvType::F16 | KvType::F32 => n_ctx.next_multiple_of(KEY_BLOCK),
+    }
 }
 
 impl KvCache {
@@ -138,6 +153,7 @@ impl KvCache {
             codec: Codec::for_type(ty),
             n_layers,
             n_ctx,
+            stride: stride_for(ty, n_ctx),
             n_kv_heads,
             head_dim,
             head_bytes,
@@ -156,7 +172,8 @@ impl KvCache {
         head_dim: usize,
     ) -> Option<u64> {
         let hb = ty.head_bytes(head_dim)? as u64;
-        Some(2 * n_layers as u64 * n_ctx as u64 * n_kv_heads as u64 * hb)
+        let stride = stride_for(ty, n_ctx) as u64;
+        Some(2 * n_layers as u64 * stride * n_kv_heads as u64 * hb)
     }
 
     pub fn ty(&self) -> KvType {
@@ -175,7 +192,7 @@ impl KvCache {
 
     /// Bytes of one layer of keys (or values).
     fn layer_bytes(&self) -> usize {
-        self.n_ctx * self.n_kv_heads * self.head_bytes
+        self.stride * self.n_kv_heads * self.head_bytes
     }
 
     /// Store one position's keys and values, `(n_kv_heads · head_dim,)` each.
@@ -190,15 +207,16 @@ impl KvCache {
             k.len() == kv_dim && v.len() == kv_dim,
             "KV cache: store takes {kv_dim} keys and values"
         );
-        let (hd, hb, n_ctx) = (self.head_dim, self.head_bytes, self.n_ctx);
+        let (hd, hb, stride) = (self.head_dim, self.head_bytes, self.stride);
         let layer_bytes = self.layer_bytes();
         let span = layer * layer_bytes..(layer + 1) * layer_bytes;
         let (ty, from_float) = (self.ty, self.codec.from_f32);
-        for (buf, x) in [(&mut self.keys, k), (&mut self.values, v)] {
+        for (buf, x, is_key) in [(&mut self.keys, k, true), (&mut self.values, v, false)] {
             let bytes = &mut bytemuck::cast_slice_mut::<Word, u8>(buf)[span.clone()];
+            // Where element i of the row (head i / hd, dimension i % hd)
+            // goes.
+            let at = |i: usize| column_index(is_key, hd, stride, pos, i);
             match ty {
-                // Element i of the row goes to column i (head i / hd,
-                // dimension i % hd): (n_kv_heads · head_dim, n_ctx).
                 KvType::F16 => {
                     let cols = bytemuck::cast_slice_mut::<u8, f16>(bytes);
                     // Narrowed a chunk at a time by the row converter
@@ -207,14 +225,14 @@ impl KvCache {
                     for (c, xc) in x.chunks(h.len()).enumerate() {
                         f32_to_f16_row(xc, &mut h[..xc.len()]);
                         for (j, &hj) in h[..xc.len()].iter().enumerate() {
-                            cols[(c * 64 + j) * n_ctx + pos] = hj;
+                            cols[at(c * 64 + j)] = hj;
                         }
                     }
                 }
                 KvType::F32 => {
                     let cols = bytemuck::cast_slice_mut::<u8, f32>(bytes);
                     for (i, &xi) in x.iter().enumerate() {
-                        cols[i * n_ctx + pos] = xi;
+                        cols[at(i)] = xi;
                     }
                 }
                 KvType::Q8_0 => {
@@ -254,24 +272,44 @@ impl KvCache {
             "KV cache: copy of positions {positions:?} past n_ctx {}",
             self.n_ctx
         );
+        if positions.is_empty() {
+            return;
+        }
         let layer_bytes = self.layer_bytes();
-        // Runs of contiguous bytes: by columns, each of a layer's
-        // `n_kv_heads · head_dim` columns holds the positions in order; by
-        // rows, a layer's positions are one run.
-        let (runs, run_stride, unit) = if self.by_columns() {
-            let elem = self.head_bytes / self.head_dim;
-            (self.n_kv_heads * self.head_dim, self.n_ctx * elem, elem)
-        } else {
-            (1, 0, self.n_kv_heads * self.head_bytes)
-        };
-        for (from, to) in [(&self.keys, &mut dst.keys), (&self.values, &mut dst.values)] {
+        for (from, to, is_key) in [
+            (&self.keys, &mut dst.keys, true),
+            (&self.values, &mut dst.values, false),
+        ] {
             let from = bytemuck::cast_slice::<Word, u8>(from);
             let to = bytemuck::cast_slice_mut::<Word, u8>(to);
             for layer in 0..self.n_layers {
-                for run in 0..runs {
-                    let base = layer * layer_bytes + run * run_stride;
-                    let span = base + positions.start * unit..base + positions.end * unit;
+                let base = layer * layer_bytes;
+                if !self.by_columns() {
+                    // By rows, a layer's positions are one run.
+                    let row = self.n_kv_heads * self.head_bytes;
+                    let span = base + positions.start * row..base + positions.end * row;
                     to[span.clone()].copy_from_slice(&from[span]);
+                    continue;
+                }
+                // By columns, each element of a row is a run of positions:
+                // contiguous over all of them (values), or within one
+                // block of 16 (keys).
+                let elem = self.head_bytes / self.head_dim;
+                for i in 0..self.n_kv_heads * self.head_dim {
+                    let mut p = positions.start;
+                    while p < positions.end {
+                        let run_end = if is_key {
+                            (p / KEY_BLOCK + 1) * KEY_BLOCK
+                        } else {
+                            positions.end
+                        }
+                        .min(positions.end);
+                        let at =
+                            base + column_index(is_key, self.head_dim, self.stride, p, i) * elem;
+                        let span = at..at + (run_end - p) * elem;
+                        to[span.clone()].copy_from_slice(&from[span]);
+                        p = run_end;
+                    }
                 }
             }
         }
@@ -298,6 +336,7 @@ impl KvCache {
         LayerKv {
             stored,
             n_ctx: self.n_ctx,
+            stride: self.stride,
             n_kv_heads: self.n_kv_heads,
             head_dim: self.head_dim,
             head_bytes: self.head_bytes,
@@ -306,8 +345,22 @@ impl KvCache {
     }
 }
 
-/// A layer of an f16 or f32 cache: keys and values `(n_kv_heads, head_dim,
-/// n_ctx)`, kv head `h`'s block starting at `h · head_dim · n_ctx`.
+/// Where element `i` of a row (head `i / hd`, dimension `i % hd`) of
+/// position `pos` is in a layer of an f16 or f32 cache: keys in blocks of
+/// 16 positions, values by columns.
+fn column_index(is_key: bool, hd: usize, stride: usize, pos: usize, i: usize) -> usize {
+    let (head, dim) = (i / hd, i % hd);
+    if is_key {
+        head * hd * stride + key_index(hd, pos, dim)
+    } else {
+        i * stride + pos
+    }
+}
+
+/// A layer of an f16 or f32 cache, kv head `h`'s part starting at `h ·
+/// head_dim · stride` (`stride`: [`LayerKv::stride`]): keys `(n_kv_heads,
+/// stride / 16, head_dim, 16)` ([`kernels::vecops::key_index`]), values
+/// `(n_kv_heads, head_dim, stride)`.
 #[derive(Clone, Copy)]
 pub enum Columns<'a> {
     F16 { keys: &'a [f16], values: &'a [f16] },
@@ -329,6 +382,7 @@ enum Stored<'a> {
 pub struct LayerKv<'a> {
     stored: Stored<'a>,
     n_ctx: usize,
+    stride: usize,
     n_kv_heads: usize,
     head_dim: usize,
     head_bytes: usize,
@@ -344,6 +398,12 @@ impl<'a> LayerKv<'a> {
         }
     }
 
+    /// Positions per kv head of [`LayerKv::columns`]: `n_ctx` rounded up
+    /// to whole blocks of keys.
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+
     fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
     }
@@ -357,7 +417,7 @@ impl<'a> LayerKv<'a> {
             "KV cache: widen {positions:?} into {} floats",
             out.len()
         );
-        let n_ctx = self.n_ctx;
+        let (hd, stride) = (self.head_dim, self.stride);
         match self.stored {
             Stored::Rows { keys, values: vals } => {
                 let buf = if values { vals } else { keys };
@@ -367,13 +427,12 @@ impl<'a> LayerKv<'a> {
             Stored::Columns(c) => {
                 for (p, o) in positions.zip(out.chunks_exact_mut(kv_dim)) {
                     for (i, oi) in o.iter_mut().enumerate() {
+                        let at = column_index(!values, hd, stride, p, i);
                         *oi = match c {
                             Columns::F16 { keys, values: v } => {
-                                (if values { v } else { keys })[i * n_ctx + p].to_f32()
+                                (if values { v } else { keys })[at].to_f32()
                             }
-                            Columns::F32 { keys, values: v } => {
-                                (if values { v } else { keys })[i * n_ctx + p]
-                            }
+                            Columns::F32 { keys, values: v } => (if values { v } else { keys })[at],
                         };
                     }
                 }
@@ -428,40 +487,47 @@ mod tests {
 
     #[test]
     fn copied_positions_read_back_the_same_and_nothing_else_moves() {
-        for ty in [KvType::F16, KvType::Q8_0, KvType::F32] {
-            let (layers, ctx, heads, hd) = (2, 6, 3, 32);
-            let mut src = KvCache::new(ty, layers, ctx, heads, hd).unwrap();
-            let mut dst = KvCache::new(ty, layers, ctx, heads, hd).unwrap();
-            let row = |l: usize, p: usize, s: f32| -> Vec<f32> {
-                (0..heads * hd)
-                    .map(|i| s * ((l * 5 + p * 7 + i) % 13) as f32 / 13.0 - 0.3)
-                    .collect()
-            };
-            for l in 0..layers {
-                for p in 0..ctx {
-                    src.store(l, p, &row(l, p, 1.0), &row(l, p, -1.0));
-                    dst.store(l, p, &row(l, p, 3.0), &row(l, p, 2.0));
-                }
-            }
-            src.copy_positions(&mut dst, 1..4);
-            let (mut a, mut b) = (vec![0.0; hd], vec![0.0; hd]);
-            for l in 0..layers {
-                for p in 0..ctx {
-                    for h in 0..heads {
-                        let from = if (1..4).contains(&p) { &src } else { &dst };
-                        from.layer(l).key(p, h, &mut a);
-                        dst.layer(l).key(p, h, &mut b);
-                        assert_eq!(a, b, "{ty} key l{l} p{p} h{h}");
-                        from.layer(l).value(p, h, &mut a);
-                        dst.layer(l).value(p, h, &mut b);
-                        assert_eq!(a, b, "{ty} value l{l} p{p} h{h}");
+        // Inside one block of keys, and across blocks with a partial block
+        // at each end.
+        for (ctx, copied) in [(6, 1..4), (40, 10..35)] {
+            for ty in [KvType::F16, KvType::Q8_0, KvType::F32] {
+                let (layers, heads, hd) = (2, 3, 32);
+                let mut src = KvCache::new(ty, layers, ctx, heads, hd).unwrap();
+                let mut dst = KvCache::new(ty, layers, ctx, heads, hd).unwrap();
+                let row = |l: usize, p: usize, s: f32| -> Vec<f32> {
+                    (0..heads * hd)
+                        .map(|i| s * ((l * 5 + p * 7 + i) % 13) as f32 / 13.0 - 0.3)
+                        .collect()
+                };
+                for l in 0..layers {
+                    for p in 0..ctx {
+                        src.store(l, p, &row(l, p, 1.0), &row(l, p, -1.0));
+                        dst.store(l, p, &row(l, p, 3.0), &row(l, p, 2.0));
                     }
                 }
+                src.copy_positions(&mut dst, copied.clone());
+                let (mut a, mut b) = (vec![0.0; hd], vec![0.0; hd]);
+                for l in 0..layers {
+                    for p in 0..ctx {
+                        for h in 0..heads {
+                            let from = if copied.contains(&p) { &src } else { &dst };
+                            from.layer(l).key(p, h, &mut a);
+                            dst.layer(l).key(p, h, &mut b);
+                            assert_eq!(a, b, "{ty} key l{l} p{p} h{h}");
+                            from.layer(l).value(p, h, &mut a);
+                            dst.layer(l).value(p, h, &mut b);
+                            assert_eq!(a, b, "{ty} value l{l} p{p} h{h}");
+                        }
+                    }
+                }
+                // The positions around the copied ones kept dst's own
+                // values.
+                for p in [copied.start - 1, copied.end] {
+                    src.layer(1).key(p, 2, &mut a);
+                    dst.layer(1).key(p, 2, &mut b);
+                    assert_ne!(a, b, "{ty} p{p}");
+                }
             }
-            // Positions 0, 4 and 5 kept dst's own values.
-            src.layer(0).key(0, 0, &mut a);
-            dst.layer(0).key(0, 0, &mut b);
-            assert_ne!(a, b, "{ty}");
         }
     }
 

@@ -567,9 +567,10 @@ fn cache_types_and_memory_estimate() {
         );
         let est = MemoryEstimate::for_state(&cfg, 0, &o);
         assert_eq!(est.kv_cache, s.kv_bytes() as u64, "{kv}");
-        // 2 attention blocks' K and V, 3 conv blocks' inputs, per sequence.
+        // 2 attention blocks' K and V (40 positions held as 48, whole
+        // blocks of 16 keys), 3 conv blocks' inputs, per sequence.
         let elem = if kv == KvType::F32 { 4 } else { 2 };
-        let per_seq = 2 * 2 * 12 * 40 * elem + 3 * 40 * 48 * 4;
+        let per_seq = 2 * 2 * 12 * 48 * elem + 3 * 40 * 48 * 4;
         assert_eq!(s.kv_bytes(), per_seq * n_seq);
         assert!(est.scratch > 0);
     }

@@ -304,11 +304,17 @@ fn gemma3_270m_matches_llama_cpp() {
         testkit::GEMMA3_270M,
         KvType::F32,
         // Measured: argmax 636/640, top-10 diff mean 0.54%, p99 2.3%, worst
-        // 6.0% of the range; greedy-32 identical 5/10, every parting at a
-        // llama.cpp top-2 gap below 0.29.
+        // 6.0% of the range; greedy-32 identical 5/10, partings at llama.cpp
+        // top-2 gaps up to 0.29 with attention's separate multiplies and
+        // adds; with its fused multiply-adds argmax 635/640, mean 0.50%,
+        // p99 2.3%, greedy-32 4/10, partings up to a gap of 0.63 (the same logits
+        // within a few ulp move Q8 roundings of this large residual
+        // stream: llama.cpp's own one-batch and one-token logits differ by
+        // up to 2.5, above), so ties are counted up to 0.75 here.
         Bounds {
             p99: 0.03,
             worst: 0.08,
+            greedy_tie: 0.75,
             ..QUANTIZED
         },
     );

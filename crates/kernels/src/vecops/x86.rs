@@ -1,10 +1,11 @@
 //! AVX-512 attention: the same arithmetic as the plain body in the parent
-//! module, operation for operation (separate multiplies and adds, the
+//! module, operation for operation (the same fused multiply-adds, the
 //! same lanes, the same reduction trees), so it gives the same bits, with
 //! the accumulators of a block of heads held in registers.
 
 use super::{
-    check, Attention, KvElement, EXP_HI, EXP_LO, EXP_POLY, LN2_HI, LN2_LO, LOG2E, SHIFT, SHIFT_BITS,
+    check, Attention, KvElement, EXP_HI, EXP_LO, EXP_POLY, KEY_BLOCK, LN2_HI, LN2_LO, LOG2E, SHIFT,
+    SHIFT_BITS,
 };
 use core::arch::x86_64::*;
 
@@ -74,11 +75,37 @@ unsafe fn load_kv<T: KvElement>(p: *const T, idx: usize, m: __mmask16) -> __m512
     }
 }
 
+/// The geometry of one call: `sp` floats per row of scores, `chunks` of
+/// 16 positions, the lanes of the first and last chunk that are attended
+/// to (`first..` and `..first + n_pos`).
+#[derive(Clone, Copy)]
+struct Shape {
+    hd: usize,
+    stride: usize,
+    sp: usize,
+    chunks: usize,
+    first: __mmask16,
+    last: __mmask16,
+}
+
+impl Shape {
+    /// The attended lanes of chunk `c`.
+    #[inline(always)]
+    fn mask(&self, c: usize) -> __mmask16 {
+        let m = if c == 0 { self.first } else { !0 };
+        if c + 1 == self.chunks {
+            m & self.last
+        } else {
+            m
+        }
+    }
+}
+
 /// Scores of query heads `h0..h0 + H` (rows of `qs`, already scaled) over
 /// every chunk of 16 positions, `C` chunks at a time: one key load feeds
-/// the H heads, and the H·C accumulators are independent chains (a row's
-/// keys are strided `stride` apart, so each load waits on L1/L2; more
-/// chains keep more loads in flight).
+/// the H heads, and the H·C accumulators are independent chains. Chunk
+/// `c` is block `c` of the keys, `hd` rows of 16 lanes in a row, so the
+/// pass reads the keys as one sequential stream.
 ///
 /// # Safety
 /// As in [`attend_avx512`]: `check` passed, `qs` holds `(h0 + H)·hd`
@@ -90,27 +117,28 @@ unsafe fn score_block<T: KvElement, const H: usize, const C: usize>(
     qs: &[f32],
     sc: *mut f32,
     h0: usize,
-    (hd, stride, sp, chunks, last): (usize, usize, usize, usize, __mmask16),
+    shape: Shape,
 ) {
+    let (hd, sp, chunks) = (shape.hd, shape.sp, shape.chunks);
+    let block = KEY_BLOCK * hd;
     let qrows: [*const f32; H] = std::array::from_fn(|j| qs[(h0 + j) * hd..][..hd].as_ptr());
     let mut c0 = 0;
     while c0 < chunks {
         // C chunks from c0, or the single chunks left at the end.
         if c0 + C <= chunks {
-            let masks: [__mmask16; C] =
-                std::array::from_fn(|k| if c0 + k + 1 == chunks { last } else { !0 });
+            let masks: [__mmask16; C] = std::array::from_fn(|k| shape.mask(c0 + k));
             let mut acc = [[_mm512_setzero_ps(); C]; H];
             for i in 0..hd {
                 // SAFETY: the caller's contract; masked-off lanes are not
                 // read.
                 let k: [__m512; C] = std::array::from_fn(|k| unsafe {
-                    load_kv(kp, i * stride + (c0 + k) * 16, masks[k])
+                    load_kv(kp, (c0 + k) * block + i * KEY_BLOCK, masks[k])
                 });
                 for (accj, &qrow) in acc.iter_mut().zip(&qrows) {
                     // SAFETY: `qrow` is a row of `hd` floats, i < hd.
                     let q = _mm512_set1_ps(unsafe { *qrow.add(i) });
                     for (a, kk) in accj.iter_mut().zip(&k) {
-                        *a = _mm512_add_ps(*a, _mm512_mul_ps(q, *kk));
+                        *a = _mm512_fmadd_ps(q, *kk, *a);
                     }
                 }
             }
@@ -124,9 +152,7 @@ unsafe fn score_block<T: KvElement, const H: usize, const C: usize>(
             c0 += C;
         } else {
             // SAFETY: as above, with one chunk.
-            unsafe {
-                score_block_tail::<T, H>(kp, &qrows, sc, h0, c0, (hd, stride, sp, chunks, last))
-            };
+            unsafe { score_block_tail::<T, H>(kp, &qrows, sc, h0, c0, shape) };
             c0 += 1;
         }
     }
@@ -144,17 +170,18 @@ unsafe fn score_block_tail<T: KvElement, const H: usize>(
     sc: *mut f32,
     h0: usize,
     c: usize,
-    (hd, stride, sp, chunks, last): (usize, usize, usize, usize, __mmask16),
+    shape: Shape,
 ) {
-    let m = if c + 1 == chunks { last } else { !0 };
+    let (hd, sp) = (shape.hd, shape.sp);
+    let m = shape.mask(c);
     let mut acc = [_mm512_setzero_ps(); H];
     for i in 0..hd {
         // SAFETY: the caller's contract; masked-off lanes are not read.
-        let k = unsafe { load_kv(kp, i * stride + c * 16, m) };
+        let k = unsafe { load_kv(kp, c * KEY_BLOCK * hd + i * KEY_BLOCK, m) };
         for (accj, &qrow) in acc.iter_mut().zip(qrows) {
             // SAFETY: `qrow` is a row of `hd` floats, i < hd.
             let q = _mm512_set1_ps(unsafe { *qrow.add(i) });
-            *accj = _mm512_add_ps(*accj, _mm512_mul_ps(q, k));
+            *accj = _mm512_fmadd_ps(q, k, *accj);
         }
     }
     for (j, accj) in acc.iter().enumerate() {
@@ -177,23 +204,24 @@ unsafe fn value_block<T: KvElement, const H: usize, const D: usize>(
     sc: *const f32,
     out: &mut [f32],
     h0: usize,
-    (hd, stride, sp, chunks, last): (usize, usize, usize, usize, __mmask16),
+    shape: Shape,
 ) {
+    let (hd, stride, sp, chunks) = (shape.hd, shape.stride, shape.sp, shape.chunks);
     let mut d0 = 0;
     while d0 < hd {
         let dims: [usize; D] = std::array::from_fn(|k| (d0 + k).min(hd - 1));
         let mut acc = [[_mm512_setzero_ps(); D]; H];
         for c in 0..chunks {
-            let m = if c + 1 == chunks { last } else { !0 };
+            let m = shape.mask(c);
             // SAFETY: rows of scores are sp floats; value loads are masked
-            // to positions below n.
+            // to the attended positions.
             let w: [__m512; H] =
                 std::array::from_fn(|j| unsafe { _mm512_loadu_ps(sc.add((h0 + j) * sp + c * 16)) });
             for (k, &d) in dims.iter().enumerate() {
                 // SAFETY: as above.
                 let v = unsafe { load_kv(vp, d * stride + c * 16, m) };
                 for (accj, wj) in acc.iter_mut().zip(&w) {
-                    accj[k] = _mm512_add_ps(accj[k], _mm512_mul_ps(*wj, v));
+                    accj[k] = _mm512_fmadd_ps(*wj, v, accj[k]);
                 }
             }
         }
@@ -215,21 +243,29 @@ pub(super) fn attend_avx512<T: KvElement>(
     a: &Attention<'_, T>,
     scores: &mut [f32],
     out: &mut [f32],
+    stats: &mut [f32],
 ) {
-    let (nh, sp) = check(a, scores, out);
-    let (hd, n, stride) = (a.head_dim, a.n_pos, a.stride);
+    let (nh, sp) = check(a, scores, out, stats);
+    let (hd, end) = (a.head_dim, a.first + a.n_pos);
     let chunks = sp / 16;
-    let last: __mmask16 = if n % 16 == 0 {
-        !0
-    } else {
-        (1u16 << (n % 16)) - 1
+    let shape = Shape {
+        hd,
+        stride: a.stride,
+        sp,
+        chunks,
+        first: !0u16 << a.first,
+        last: if end % 16 == 0 {
+            !0
+        } else {
+            (1u16 << (end % 16)) - 1
+        },
     };
-    let mask = |c: usize| if c + 1 == chunks { last } else { !0 };
-    let shape = (hd, stride, sp, chunks, last);
-    // `check` gave: q, out (nh·hd); keys, values ((hd-1)·stride + n);
-    // scores (nh·sp). Every access below stays inside those: key/value
-    // loads of chunk c read positions c·16.. masked to below n, score rows
-    // are sp = chunks·16 long.
+    let mask = |c: usize| shape.mask(c);
+    // `check` gave: q, out (nh·hd); keys (sp·hd: whole blocks); values
+    // ((hd-1)·stride + end); scores (nh·sp). Every access below stays
+    // inside those: key loads of chunk c read block c, value loads read
+    // positions c·16.. masked to first..end, score rows are sp = chunks·16
+    // long.
     let (kp, vp, sc) = (a.keys.as_ptr(), a.values.as_ptr(), scores.as_mut_ptr());
 
     // q·scale, kept in `out` until the value pass overwrites it.
@@ -260,12 +296,13 @@ pub(super) fn attend_avx512<T: KvElement>(
         for h in 0..nh {
             // SAFETY: row h of scores is sp ≥ n floats inside `scores`
             // (`check`), and no other reference to it is live.
-            let row = unsafe { std::slice::from_raw_parts_mut(sc.add(h * sp), n) };
+            let row = unsafe { std::slice::from_raw_parts_mut(sc.add(h * sp + a.first), a.n_pos) };
             super::softcap_body(row, a.softcap);
         }
     }
 
-    // Softmax per row; lanes past n count as −∞, end as exact zeros.
+    // Softmax per row; lanes outside first..end count as −∞, end as exact
+    // zeros.
     let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
     for h in 0..nh {
         // SAFETY: row h of scores is sp floats, c·16 + 16 ≤ sp.
@@ -276,7 +313,8 @@ pub(super) fn attend_avx512<T: KvElement>(
             let v = unsafe { _mm512_mask_loadu_ps(neg_inf, mask(c), row(c)) };
             m = _mm512_max_ps(v, m);
         }
-        let m = _mm512_set1_ps(tree_max(m));
+        let max = tree_max(m);
+        let m = _mm512_set1_ps(max);
         let mut sum = _mm512_setzero_ps();
         for c in 0..chunks {
             // SAFETY: as above.
@@ -287,7 +325,10 @@ pub(super) fn attend_avx512<T: KvElement>(
                 _mm512_storeu_ps(row(c), e);
             }
         }
-        let inv = _mm512_set1_ps(1.0 / tree_sum(sum));
+        let sum = tree_sum(sum);
+        stats[2 * h] = max;
+        stats[2 * h + 1] = sum;
+        let inv = _mm512_set1_ps(1.0 / sum);
         for c in 0..chunks {
             // SAFETY: as above.
             unsafe { _mm512_storeu_ps(row(c), _mm512_mul_ps(_mm512_loadu_ps(row(c)), inv)) };

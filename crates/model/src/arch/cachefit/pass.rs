@@ -47,7 +47,7 @@
 //! and a batch at position 0 needs no reset.
 
 use super::weights::{Activations, Block, Input, Matrix, Mixer, Weights, TOKENS_PER_PASS};
-use crate::attention::{attend_columns, Scale};
+use crate::attention::{self, Heads, Scale};
 use crate::batch::{check_batch, Batch, StateOptions, Token};
 use crate::capture::Capture;
 use crate::config::{BlockKind, ModelConfig};
@@ -79,7 +79,7 @@ struct Lane {
     qkv: Vec<f32>,    // (n_batch, q_dim + 2·kv_dim)
     heads: Vec<f32>,  // (n_batch, q_dim) attention output
     proj: Vec<f32>,   // (n_batch, dim) output of conv_out / attn_output / ffn_down
-    scores: Vec<f32>, // (heads per kv head, n_ctx rounded up to 16) scores
+    scores: Vec<f32>, // attention's work area (attention::work_floats)
     xq: Activations,
     scratch: MatmulScratch,
     /// A one-thread pool (no workers: runs inline) for the float matrices.
@@ -350,7 +350,14 @@ impl Lane {
             qkv: vec![0.0; nb * (q_dim + 2 * kv_dim)],
             heads: vec![0.0; nb * q_dim],
             proj: vec![0.0; nb * d],
-            scores: vec![0.0; cfg.n_heads / cfg.n_kv_heads * vecops::scores_len(n_ctx)],
+            scores: vec![
+                0.0;
+                attention::work_floats(
+                    cfg.n_heads / cfg.n_kv_heads,
+                    cfg.head_dim,
+                    n_ctx.next_multiple_of(vecops::KEY_BLOCK),
+                )
+            ],
             xq: Activations::with_capacity(wide.max(q_dim).max(code_bits)),
             scratch: MatmulScratch::new(),
             serial: ThreadPool::new(1),
@@ -522,33 +529,35 @@ impl Lane {
     /// 0..=pos of attention block `ai`; proj = Wo·heads.
     fn attend(&mut self, ctx: &Shared<'_>, seqs: &[Sequence], ai: usize, out: &Matrix) {
         let cfg = ctx.cfg;
-        let (n, d, hd, n_ctx) = (self.tokens.len(), cfg.dim, cfg.head_dim, ctx.n_ctx);
+        let (n, d, hd) = (self.tokens.len(), cfg.dim, cfg.head_dim);
         let (q_dim, qkv_dim) = (cfg.q_dim(), cfg.q_dim() + 2 * cfg.kv_dim());
         let group = cfg.n_heads / cfg.n_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
         let heads = &mut self.heads[..n * q_dim];
         for (t, (o, tok)) in heads.chunks_exact_mut(q_dim).zip(&self.tokens).enumerate() {
             let q = &self.qkv[t * qkv_dim..][..q_dim];
-            let cols = seqs[tok.seq].kv.layer(ai).columns();
-            let cols = cols.expect("a cachefit cache is f16 or f32, stored by columns");
+            let kv = seqs[tok.seq].kv.layer(ai);
+            let cols = kv
+                .columns()
+                .expect("a cachefit cache is f16 or f32, stored by columns");
             let groups = q
                 .chunks_exact(group * hd)
                 .zip(o.chunks_exact_mut(group * hd));
             for (g, (qg, og)) in groups.enumerate().take(cfg.n_kv_heads) {
-                attend_columns(
+                let heads = Heads {
                     cols,
-                    g,
+                    kv_head: g,
                     hd,
-                    n_ctx,
-                    qg,
-                    0..=tok.pos,
-                    Scale {
+                    stride: kv.stride(),
+                    q: qg,
+                    first: 0,
+                    last: tok.pos,
+                    scale: Scale {
                         scale,
                         softcap: 0.0,
                     },
-                    &mut self.scores,
-                    og,
-                );
+                };
+                heads.attend(&mut self.scores, og);
             }
         }
         let proj = &mut self.proj[..n * d];

@@ -29,7 +29,7 @@
 //! allocates nothing.
 
 use super::weights::{Ffn, Weights};
-use crate::attention::{attend_columns, Scale};
+use crate::attention::{work_floats, Heads, Scale, SEGMENT};
 use crate::batch::{check_batch, Batch, StateOptions};
 use crate::config::{Activation, ModelConfig};
 use crate::kv_cache::{KvCache, KvType};
@@ -293,32 +293,43 @@ impl<'m> State<'m> {
     }
 
     /// f16/f32 caches, stored by columns: the multi-head kernel reads them
-    /// in place, one key load serving the whole group.
+    /// in place, one key load serving the whole group. The work items are
+    /// (token, kv head, segment of the context), so one token's few kv
+    /// heads over a long context still split evenly over the pool; the
+    /// segments are folded in order after it.
     fn attend_columns(&mut self, pool: &ThreadPool, li: usize, batch: &Batch<'_>) {
         let cfg = self.cfg;
-        let (n, hd, q_dim, n_ctx, nkv) = (
-            batch.n,
-            cfg.head_dim,
-            cfg.q_dim(),
-            self.n_ctx,
-            cfg.n_kv_heads,
-        );
+        let (n, hd, q_dim, nkv) = (batch.n, cfg.head_dim, cfg.q_dim(), cfg.n_kv_heads);
         let group = cfg.n_heads / nkv;
         let scale = self.scale();
         let (q, caches) = (&self.q[..n * q_dim], &*self.caches);
-        let sl = vecops::scores_len(n_ctx);
-        let item = group * (sl + hd); // the group's scores, then its output
-        let items = &mut self.heads[..n * nkv * item];
-        let attend = |start: usize, buf: &mut [f32], _thread: usize| {
-            let ti = start / item; // token · n_kv_heads + kv head
-            let (t, g) = (ti / nkv, ti % nkv);
+        let stride = caches[0].layer(li).stride();
+        let (item, n_seg) = (work_floats(group, hd, stride), stride.div_ceil(SEGMENT));
+        // Token t's query heads that share kv head g.
+        let heads_of = |tg: usize| {
+            let (t, g) = (tg / nkv, tg % nkv);
             let tok = batch.get(t);
-            let (scores, out) = buf.split_at_mut(group * sl);
-            let qg = &q[t * q_dim + g * group * hd..][..group * hd]; // (group, head_dim)
-            let cols = caches[tok.seq].layer(li).columns();
-            let cols = cols.expect("every cache of a state has the same type");
-            let first = visible_from(cfg, li, tok.pos);
-            attend_columns(cols, g, hd, n_ctx, qg, first..=tok.pos, scale, scores, out);
+            let kv = caches[tok.seq].layer(li);
+            Heads {
+                cols: kv
+                    .columns()
+                    .expect("every cache of a state has the same type"),
+                kv_head: g,
+                hd,
+                stride: kv.stride(),
+                q: &q[t * q_dim + g * group * hd..][..group * hd],
+                first: visible_from(cfg, li, tok.pos),
+                last: tok.pos,
+                scale,
+            }
+        };
+        let items = &mut self.heads[..n * nkv * n_seg * item];
+        let attend = |start: usize, buf: &mut [f32], _thread: usize| {
+            let i = start / item; // (token · n_kv_heads + kv head) · n_seg + segment
+            let heads = heads_of(i / n_seg);
+            if i % n_seg < heads.segments() {
+                heads.segment(i % n_seg, buf);
+            }
         };
         let work: usize = batch.iter().map(|t| cfg.n_heads * (t.pos + 1)).sum();
         if pool.n_threads() > 1 && work >= PARALLEL_ATTENTION_FROM {
@@ -329,8 +340,11 @@ impl<'m> State<'m> {
             }
         }
         let att_out = self.att_out[..n * q_dim].chunks_exact_mut(group * hd);
-        for (o, buf) in att_out.zip(items.chunks_exact(item)) {
-            o.copy_from_slice(&buf[group * sl..]);
+        for (tg, (o, segs)) in att_out
+            .zip(items.chunks_exact_mut(n_seg * item))
+            .enumerate()
+        {
+            heads_of(tg).gather(segs, item, o);
         }
     }
 
@@ -735,11 +749,16 @@ fn head_stride(cfg: &ModelConfig, n_ctx: usize) -> usize {
     n_ctx + cfg.head_dim
 }
 
-/// Floats of attention work area per token, for either cache layout: per
-/// head, scores over the context (rounded up for the column kernel) and
-/// the head's output.
+/// Floats of attention work area per token, for either cache layout: by
+/// rows, per head, scores over the context and the head's output; by
+/// columns, per kv head, a work area per segment of the context.
 fn attention_floats(cfg: &ModelConfig, n_ctx: usize) -> usize {
-    cfg.n_heads * (vecops::scores_len(n_ctx) + cfg.head_dim)
+    let rows = cfg.n_heads * head_stride(cfg, n_ctx);
+    let stride = n_ctx.next_multiple_of(vecops::KEY_BLOCK);
+    let group = cfg.n_heads / cfg.n_kv_heads;
+    let columns =
+        cfg.n_kv_heads * stride.div_ceil(SEGMENT) * work_floats(group, cfg.head_dim, stride);
+    rows.max(columns)
 }
 
 /// What a [`State`] made with `o` will hold (an unusable cache type counts

@@ -15,8 +15,8 @@
 //! few flags) and `cachefit` ([`arch::cachefit`]: convolution and attention
 //! blocks, int8 weights). `arch/mod.rs` is the only file that names them;
 //! each architecture builds on the shared blocks here: `batch`
-//! (tokens, state options, batch checks), `attention` (heads over a cache
-//! by columns), `kv_cache`, `capture` (pre-RoPE keys and queries of chosen
+//! (tokens, state options, batch checks), `attention` (heads over an f16/f32
+//! cache, in segments), `kv_cache`, `capture` (pre-RoPE keys and queries of chosen
 //! layers), `binder` (tensors by name) and `pass` (the interface a state
 //! implements).
 //!

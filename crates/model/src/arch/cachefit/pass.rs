@@ -38,7 +38,7 @@
 //! bit of the result.
 //!
 //! Per-sequence state, sized by `n_ctx`: the attention blocks' keys and
-//! values in a [`KvCache`] (f16 or f32, by columns as the llama family's),
+//! values in a [`KvCache`] (f16 or f32, laid out as the llama family's),
 //! and each convolution block's normed input `h` of **every** position
 //! (f32, `(position, dim)`). Keeping all positions, not a rolling window
 //! of K−1, makes the conv state behave exactly like the KV cache: a batch

@@ -292,11 +292,12 @@ impl<'m> State<'m> {
         }
     }
 
-    /// f16/f32 caches, stored by columns: the multi-head kernel reads them
-    /// in place, one key load serving the whole group. The work items are
-    /// (token, kv head, segment of the context), so one token's few kv
-    /// heads over a long context still split evenly over the pool; the
-    /// segments are folded in order after it.
+    /// f16/f32 caches (keys in blocks of 16 positions, values by columns):
+    /// the multi-head kernel reads them in place, one key load serving the
+    /// whole group. The work items are (token, kv head, segment of the
+    /// context), so one token's few kv heads over a long context still
+    /// split evenly over the pool; the segments are folded in order after
+    /// it.
     fn attend_columns(&mut self, pool: &ThreadPool, li: usize, batch: &Batch<'_>) {
         let cfg = self.cfg;
         let (n, hd, q_dim, nkv) = (batch.n, cfg.head_dim, cfg.q_dim(), cfg.n_kv_heads);

@@ -149,7 +149,11 @@ def test_prose_when_no_tool_fits(client):
     choice = r.choices[0]
     assert choice.finish_reason == "stop"
     assert choice.message.tool_calls is None
-    assert "Qwen" in choice.message.content
+    # The template's system prompt says "You are Qwen, created by Alibaba
+    # Cloud"; greedy text names one or the other depending on the last bits
+    # of the arithmetic (attention's fused multiply-adds changed "I'm Qwen,
+    # ..." into "I'm an Alibaba Cloud AI assistant ...").
+    assert "Qwen" in choice.message.content or "Alibaba" in choice.message.content
     content, calls, finish = streamed(client, [{"role": "user", "content": "Hi! Who are you?"}], tools=TOOLS)
     assert (content, calls, finish) == (choice.message.content, [], "stop")
 

@@ -55,6 +55,8 @@ pub struct Kernels {
     /// ggml-cpu's run-time Q8_0 quantizer
     /// ([`crate::quant::q8_0::quantize_row_activation`]).
     pub q8_0_activation: ActivationFn,
+    /// Activations prepared for the row tiles ([`crate::quant::tiles::prepare`]).
+    pub tile_prepare: crate::traits::FromFloatFn,
     /// The bandwidth probes' reduction, with this set's widest loads
     /// ([`crate::bandwidth`]).
     pub(crate) read_sum: fn(&[u64]) -> u64,
@@ -77,6 +79,7 @@ impl Kernels {
                 int8: crate::int8::KERNELS.get(isa),
                 f16: crate::quant::f16::KERNELS.get(isa),
                 q8_0_activation: crate::quant::q8_0::ACTIVATION.get(isa),
+                tile_prepare: crate::quant::tiles::PREPARE.get(isa),
                 read_sum: crate::bandwidth::READ_SUM.get(isa),
                 vec_dot: [None; TYPE_SLOTS],
                 multi_dot: [None; TYPE_SLOTS],

@@ -231,64 +231,101 @@ fn pack<B: TileBlock>(src: &[u8], rows: usize, cols: usize, dst: &mut [u8]) {
     }
 }
 
+/// Bytes of one prepared activation block: the 32 quants, then Σy (i32),
+/// dy and dy·Σy (f32), 4 bytes of padding. One block's parts sit together
+/// so a kernel reaches every part of every activation from one offset
+/// (per-part pointers for 8 activations outnumbered the registers).
+pub(crate) const PREPARED_BLOCK: usize = 48;
+
 /// Bytes of one activation of `cols` elements prepared for the tiles.
 pub fn prepared_bytes(cols: usize) -> usize {
-    blocks(cols) * (QK8_0 + 12)
+    blocks(cols) * PREPARED_BLOCK
 }
 
-/// An activation quantized like Q8_0 (ggml-cpu's run-time quantizer), in
-/// parts: `qy` the quants, `sy` each block's Σy, `dy` its scale and `dsy`
-/// dy·Σy.
+/// An activation quantized like Q8_0 (ggml-cpu's run-time quantizer),
+/// block `b` at byte `48·b` ([`PREPARED_BLOCK`]): `qy` the quants, `sy`
+/// the block's Σy, `dy` its scale and `dsy` dy·Σy.
 #[derive(Clone, Copy)]
 pub(crate) struct Prepared<'a> {
-    pub qy: &'a [i8],
-    pub sy: &'a [i32],
-    pub dy: &'a [f32],
-    pub dsy: &'a [f32],
+    bytes: &'a [u8],
 }
 
 impl<'a> Prepared<'a> {
-    /// View `bytes` (4-aligned) as an activation of `nb` blocks.
+    /// View `bytes` as an activation of `nb` blocks.
     pub fn new(bytes: &'a [u8], nb: usize) -> Prepared<'a> {
-        let (qy, rest) = bytes[..nb * (QK8_0 + 12)].split_at(QK8_0 * nb);
-        let (sy, rest) = rest.split_at(4 * nb);
-        let (dy, dsy) = rest.split_at(4 * nb);
         Prepared {
-            qy: bytemuck::cast_slice(qy),
-            sy: bytemuck::cast_slice(sy),
-            dy: bytemuck::cast_slice(dy),
-            dsy: bytemuck::cast_slice(dsy),
+            bytes: &bytes[..nb * PREPARED_BLOCK],
         }
+    }
+
+    fn word(&self, b: usize, at: usize) -> [u8; 4] {
+        self.bytes[PREPARED_BLOCK * b + at..][..4]
+            .try_into()
+            .unwrap()
+    }
+
+    /// Block `b`'s quants.
+    pub fn qy(&self, b: usize) -> &'a [i8] {
+        bytemuck::cast_slice(&self.bytes[PREPARED_BLOCK * b..][..QK8_0])
+    }
+
+    pub fn sy(&self, b: usize) -> i32 {
+        i32::from_le_bytes(self.word(b, 32))
+    }
+
+    pub fn dy(&self, b: usize) -> f32 {
+        f32::from_le_bytes(self.word(b, 36))
+    }
+
+    pub fn dsy(&self, b: usize) -> f32 {
+        f32::from_le_bytes(self.word(b, 40))
     }
 }
 
 /// Quantize `x` (whole blocks) into `dst` (`prepared_bytes(x.len())` bytes,
-/// 4-aligned).
+/// 4-aligned), with the selected kernels' [`PREPARE`].
 pub fn prepare(x: &[f32], dst: &mut [u8]) {
-    let nb = blocks(x.len());
+    (crate::selected().tile_prepare)(x, dst)
+}
+
+/// [`prepare`] of every set: one fused pass on both x86 sets, bit-identical
+/// to the scalar twin.
+pub(crate) const PREPARE: PerIsa<FromFloatFn> = {
+    let k = PerIsa::new(prepare_ref as FromFloatFn);
+    #[cfg(target_arch = "x86_64")]
+    let k = k.avx2(prepare_avx2 as FromFloatFn);
+    k
+};
+
+#[cfg(target_arch = "x86_64")]
+fn prepare_avx2(x: &[f32], dst: &mut [u8]) {
+    // SAFETY: reachable only through `PerIsa::get` for an x86 set, whose
+    // caller guarantees AVX2, FMA and F16C; the kernel checks its lengths.
+    unsafe { x86::prepare_avx2(x, dst) }
+}
+
+/// Scalar twin of [`prepare`]: ggml-cpu's Q8_0 quantizer, block by block,
+/// and each block's parts.
+fn prepare_ref(x: &[f32], dst: &mut [u8]) {
     assert_eq!(
         dst.len(),
         prepared_bytes(x.len()),
         "tiles: wrong activation buffer"
     );
-    let (qy, rest) = dst.split_at_mut(QK8_0 * nb);
-    let (sy, rest) = rest.split_at_mut(4 * nb);
-    let (dy, dsy) = rest.split_at_mut(4 * nb);
-    let sy: &mut [i32] = bytemuck::cast_slice_mut(sy);
-    let dy: &mut [f32] = bytemuck::cast_slice_mut(dy);
-    let dsy: &mut [f32] = bytemuck::cast_slice_mut(dsy);
-    // The selected quantizer, looked up once for the row.
-    let quantize = crate::selected().q8_0_activation;
     let mut block = [BlockQ8_0::zeroed()];
-    for (b, xb) in x.chunks_exact(QK8_0).enumerate() {
-        quantize(xb, &mut block);
+    for (xb, out) in x
+        .chunks_exact(QK8_0)
+        .zip(dst.chunks_exact_mut(PREPARED_BLOCK))
+    {
+        crate::quant::q8_0::quantize_row_activation_ref(xb, &mut block);
         let q = &block[0].qs;
-        qy[QK8_0 * b..QK8_0 * (b + 1)].copy_from_slice(bytemuck::cast_slice(q));
         let sum: i32 = q.iter().map(|&v| v as i32).sum();
         let d = block[0].d.to_f32();
-        sy[b] = sum;
-        dy[b] = d;
-        dsy[b] = d * sum as f32;
+        out[..QK8_0].copy_from_slice(bytemuck::cast_slice(q));
+        out[32..36].copy_from_slice(&sum.to_le_bytes());
+        out[36..40].copy_from_slice(&d.to_le_bytes());
+        out[40..44].copy_from_slice(&(d * sum as f32).to_le_bytes());
+        out[44..48].fill(0);
     }
 }
 
@@ -300,6 +337,23 @@ pub(crate) fn check_dot_bounds<B: TileBlock>(tile: &[u8], nb: usize, n: usize, o
         "tiles: tile too short"
     );
     assert!(out.len() >= TILE_ROWS * n, "tiles: output too short");
+}
+
+/// The bounds and alignment the kernels' raw activation pointers rely
+/// on: `n` activations of `nb` blocks, `stride` bytes apart from a
+/// 4-aligned start.
+pub(crate) fn check_acts(acts: &[u8], nb: usize, stride: usize, n: usize) {
+    if n == 0 {
+        return;
+    }
+    assert!(
+        acts.len() >= (n - 1) * stride + nb * PREPARED_BLOCK,
+        "tiles: activations too short"
+    );
+    assert!(
+        (acts.as_ptr() as usize).is_multiple_of(4) && stride.is_multiple_of(4),
+        "tiles: activations not 4-aligned"
+    );
 }
 
 /// Scalar twin of the kernels (see the module comment for the arithmetic).
@@ -320,8 +374,8 @@ fn dot_ref<B: TileBlock>(
             for b in 0..nb {
                 let (oq, od, om) = offsets::<B>(b);
                 let q = &tile[oq..oq + B::QB];
-                let y = &a.qy[QK8_0 * b..];
-                let mut isum = -B::C * a.sy[b];
+                let y = a.qy(b);
+                let mut isum = -B::C * a.sy(b);
                 // The fifth bit (16) of the byte in half `h` of group `k`.
                 let fifth = |k: usize, h: usize, i: usize| -> i32 {
                     if B::QUANTS != Quants::Nibbles5 {
@@ -344,9 +398,9 @@ fn dot_ref<B: TileBlock>(
                         };
                     }
                 }
-                acc = (isum as f32).mul_add(half(od + 2 * r) * a.dy[b], acc);
+                acc = (isum as f32).mul_add(half(od + 2 * r) * a.dy(b), acc);
                 if B::HAS_MIN {
-                    acc = half(om + 2 * r).mul_add(a.dsy[b], acc);
+                    acc = half(om + 2 * r).mul_add(a.dsy(b), acc);
                 }
             }
             out[TILE_ROWS * c + r] = acc;

@@ -146,6 +146,29 @@ fn kernels_equal_the_scalar_twin() {
     }
 }
 
+/// Every set's fused prepare equals the scalar twin byte for byte, on odd
+/// block counts, zero blocks and large values.
+#[test]
+fn prepare_is_the_same_on_every_kernel_set() {
+    let mut r = rng(9);
+    for nb in [1, 2, 3, 5, 18, 48] {
+        let cols = nb * QK8_0;
+        let mut x = weights(&mut r, cols);
+        x[..QK8_0.min(cols)].fill(0.0); // a zero block: d = 0, no division
+        if nb > 2 {
+            x[QK8_0 + 3] = 3.0e4;
+            x[2 * QK8_0 + 7] = -1.0e-30;
+        }
+        let mut want = vec![0u32; prepared_bytes(cols) / 4];
+        prepare_ref(&x, bytemuck::cast_slice_mut(&mut want));
+        for isa in Isa::supported() {
+            let mut got = vec![0xAAAA_AAAAu32; prepared_bytes(cols) / 4];
+            (crate::table(isa).unwrap().tile_prepare)(&x, bytemuck::cast_slice_mut(&mut got));
+            assert_eq!(got, want, "{isa:?} blocks {nb}");
+        }
+    }
+}
+
 #[test]
 fn prepared_parts_match_q8_0() {
     let cols = 5 * QK8_0;
@@ -155,11 +178,11 @@ fn prepared_parts_match_q8_0() {
         let a = Prepared::new(&acts[c * stride..], 5);
         let blocks: &[BlockQ8_0] = bytemuck::cast_slice(q);
         for (b, x) in blocks.iter().enumerate() {
-            assert_eq!(&a.qy[32 * b..32 * (b + 1)], &x.qs[..]);
+            assert_eq!(a.qy(b), &x.qs[..]);
             let sum: i32 = x.qs.iter().map(|&v| v as i32).sum();
-            assert_eq!(a.sy[b], sum);
-            assert_eq!(a.dy[b], x.d.to_f32());
-            assert_eq!(a.dsy[b], x.d.to_f32() * sum as f32);
+            assert_eq!(a.sy(b), sum);
+            assert_eq!(a.dy(b), x.d.to_f32());
+            assert_eq!(a.dsy(b), x.d.to_f32() * sum as f32);
         }
     }
 }

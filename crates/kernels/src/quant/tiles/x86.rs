@@ -3,7 +3,7 @@
 //! No closures or generic helpers inside the kernel: a closure does not
 //! inherit `#[target_feature]`, so the intrinsics in it would become calls.
 
-use super::{offsets, Prepared, TileBlock, TILE_ROWS};
+use super::{check_acts, offsets, TileBlock, PREPARED_BLOCK, TILE_ROWS};
 use crate::quant::multi::Quants;
 use crate::quant::q8_0::QK8_0;
 use core::arch::x86_64::*;
@@ -24,15 +24,16 @@ pub unsafe fn dot_avx512<B: TileBlock>(
 ) {
     // The bounds every unchecked load below relies on.
     super::check_dot_bounds::<B>(tile, nb, n, out);
+    check_acts(acts, nb, stride, n);
     let mut c = 0;
     while c < n {
         macro_rules! run {
             ($size:literal) => {{
-                // Prepared::new checks each activation's length.
-                let a: [Prepared<'_>; $size] =
-                    core::array::from_fn(|k| Prepared::new(&acts[(c + k) * stride..], nb));
+                // Activation c + k (< n: inside `acts`, check_acts).
+                let a: [*const u8; $size] =
+                    core::array::from_fn(|k| acts.as_ptr().wrapping_add((c + k) * stride));
                 // SAFETY: the tile holds nb blocks (asserted above) and each
-                // view nb blocks of every part (checked by Prepared::new).
+                // view nb blocks of every part (check_acts).
                 let acc = unsafe { group::<B, $size>(tile.as_ptr(), nb, a) };
                 for (k, v) in acc.iter().enumerate() {
                     let o = &mut out[TILE_ROWS * (c + k)..TILE_ROWS * (c + k + 1)];
@@ -64,12 +65,12 @@ pub unsafe fn dot_avx512<B: TileBlock>(
 unsafe fn group<B: TileBlock, const N: usize>(
     tile: *const u8,
     nb: usize,
-    acts: [Prepared<'_>; N],
+    acts: [*const u8; N],
 ) -> [__m512; N] {
     // SAFETY: the caller's contract (`# Safety`): the CPU features, and a
     // tile of `nb` blocks of `B` at `tile` and in every activation view, so
-    // the offsets of each block `b < nb` (`offsets::<B>(b)`, `QK8_0·b`, index
-    // `b` of the per-block parts) lie inside them.
+    // the offsets of each block `b < nb` (`offsets::<B>(b)`, and
+    // `PREPARED_BLOCK·b` with its 44 bytes of parts) lie inside them.
     unsafe {
         let mut acc = [_mm512_setzero_ps(); N];
         let low = _mm512_set1_epi8(0x0f);
@@ -131,9 +132,9 @@ unsafe fn group<B: TileBlock, const N: usize>(
                         (lo, hi)
                     };
                     for (a, acc) in acts.iter().zip(acc.iter_mut()) {
-                        let y = a.qy.as_ptr().add(QK8_0 * b);
+                        let y = a.add(PREPARED_BLOCK * b);
                         // Two chains, so the dpbusd latencies overlap.
-                        let mut s0 = _mm512_set1_epi32(-B::C * *a.sy.get_unchecked(b));
+                        let mut s0 = _mm512_set1_epi32(-B::C * *y.add(32).cast::<i32>());
                         let mut s1 = _mm512_setzero_si512();
                         s0 = _mm512_dpbusd_epi32(s0, lo[0], bcast!(y, 0));
                         s1 = _mm512_dpbusd_epi32(s1, hi[0], bcast!(y, 16));
@@ -144,11 +145,11 @@ unsafe fn group<B: TileBlock, const N: usize>(
                         s0 = _mm512_dpbusd_epi32(s0, lo[3], bcast!(y, 12));
                         s1 = _mm512_dpbusd_epi32(s1, hi[3], bcast!(y, 28));
                         let s = _mm512_add_epi32(s0, s1);
-                        let dd = _mm512_mul_ps(d, _mm512_set1_ps(*a.dy.get_unchecked(b)));
+                        let dd = _mm512_mul_ps(d, _mm512_set1_ps(*y.add(36).cast::<f32>()));
                         *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, *acc);
                         if B::HAS_MIN {
                             *acc =
-                                _mm512_fmadd_ps(m, _mm512_set1_ps(*a.dsy.get_unchecked(b)), *acc);
+                                _mm512_fmadd_ps(m, _mm512_set1_ps(*y.add(40).cast::<f32>()), *acc);
                         }
                     }
                 }
@@ -164,8 +165,8 @@ unsafe fn group<B: TileBlock, const N: usize>(
                         _mm512_loadu_si512(q.add(448).cast()),
                     ];
                     for (a, acc) in acts.iter().zip(acc.iter_mut()) {
-                        let y = a.qy.as_ptr().add(QK8_0 * b);
-                        let mut s0 = _mm512_set1_epi32(-B::C * *a.sy.get_unchecked(b));
+                        let y = a.add(PREPARED_BLOCK * b);
+                        let mut s0 = _mm512_set1_epi32(-B::C * *y.add(32).cast::<i32>());
                         let mut s1 = _mm512_setzero_si512();
                         s0 = _mm512_dpbusd_epi32(s0, w[0], bcast!(y, 0));
                         s1 = _mm512_dpbusd_epi32(s1, w[1], bcast!(y, 4));
@@ -176,11 +177,11 @@ unsafe fn group<B: TileBlock, const N: usize>(
                         s0 = _mm512_dpbusd_epi32(s0, w[6], bcast!(y, 24));
                         s1 = _mm512_dpbusd_epi32(s1, w[7], bcast!(y, 28));
                         let s = _mm512_add_epi32(s0, s1);
-                        let dd = _mm512_mul_ps(d, _mm512_set1_ps(*a.dy.get_unchecked(b)));
+                        let dd = _mm512_mul_ps(d, _mm512_set1_ps(*y.add(36).cast::<f32>()));
                         *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, *acc);
                         if B::HAS_MIN {
                             *acc =
-                                _mm512_fmadd_ps(m, _mm512_set1_ps(*a.dsy.get_unchecked(b)), *acc);
+                                _mm512_fmadd_ps(m, _mm512_set1_ps(*y.add(40).cast::<f32>()), *acc);
                         }
                     }
                 }
@@ -210,15 +211,17 @@ pub unsafe fn dot_avx2<B: TileBlock>(
 ) {
     // The bounds every unchecked load below relies on.
     super::check_dot_bounds::<B>(tile, nb, n, out);
+    check_acts(acts, nb, stride, n);
     let mut c = 0;
     while c < n {
         macro_rules! run {
             ($size:literal) => {{
-                let a: [Prepared<'_>; $size] =
-                    core::array::from_fn(|k| Prepared::new(&acts[(c + k) * stride..], nb));
+                // Activation c + k (< n: inside `acts`, check_acts).
+                let a: [*const u8; $size] =
+                    core::array::from_fn(|k| acts.as_ptr().wrapping_add((c + k) * stride));
                 for half in 0..2 {
                     // SAFETY: the tile holds nb blocks (asserted above) and
-                    // each view nb blocks of every part (Prepared::new).
+                    // each view nb blocks of every part (check_acts).
                     let acc = unsafe { half_group::<B, $size>(tile.as_ptr(), nb, half, a) };
                     for (k, v) in acc.iter().enumerate() {
                         let at = TILE_ROWS * (c + k) + 8 * half;
@@ -248,12 +251,12 @@ unsafe fn half_group<B: TileBlock, const N: usize>(
     tile: *const u8,
     nb: usize,
     half: usize,
-    acts: [Prepared<'_>; N],
+    acts: [*const u8; N],
 ) -> [__m256; N] {
     // SAFETY: the caller's contract (`# Safety`): the CPU features, and a
     // tile of `nb` blocks of `B` at `tile` and in every activation view, so
-    // the offsets of each block `b < nb` (`offsets::<B>(b)`, `QK8_0·b`, index
-    // `b` of the per-block parts) lie inside them.
+    // the offsets of each block `b < nb` (`offsets::<B>(b)`, and
+    // `PREPARED_BLOCK·b` with its 44 bytes of parts) lie inside them.
     unsafe {
         use crate::quant::q8_0::x86::bytes_from_bits_32;
         let mut acc = [_mm256_setzero_ps(); N];
@@ -300,7 +303,7 @@ unsafe fn half_group<B: TileBlock, const N: usize>(
                             );
                         }
                         for (a, s) in acts.iter().zip(s.iter_mut()) {
-                            let y = a.qy.as_ptr().add(QK8_0 * b);
+                            let y = a.add(PREPARED_BLOCK * b);
                             // Each pair ≤ 2·31·127, two of them ≤ 15748: i16.
                             let p = _mm256_add_epi16(
                                 _mm256_maddubs_epi16(lo, bcast!(y, 4 * k)),
@@ -317,7 +320,7 @@ unsafe fn half_group<B: TileBlock, const N: usize>(
                         let w = _mm256_xor_si256(_mm256_loadu_si256(q.add(64 * k).cast()), flip);
                         let aw = _mm256_abs_epi8(w);
                         for (a, s) in acts.iter().zip(s.iter_mut()) {
-                            let y = a.qy.as_ptr().add(QK8_0 * b);
+                            let y = a.add(PREPARED_BLOCK * b);
                             let sy = _mm256_sign_epi8(bcast!(y, 4 * k), w);
                             *s = _mm256_add_epi32(
                                 *s,
@@ -328,20 +331,86 @@ unsafe fn half_group<B: TileBlock, const N: usize>(
                 }
             }
             for ((a, s), acc) in acts.iter().zip(s.iter()).zip(acc.iter_mut()) {
+                let y = a.add(PREPARED_BLOCK * b);
                 // Q8_0's quants were dotted signed: no zero point here.
                 let c = if B::QUANTS == Quants::Signed8 {
                     0
                 } else {
                     B::C
                 };
-                let s = _mm256_add_epi32(*s, _mm256_set1_epi32(-c * *a.sy.get_unchecked(b)));
-                let dd = _mm256_mul_ps(d, _mm256_set1_ps(*a.dy.get_unchecked(b)));
+                let s = _mm256_add_epi32(*s, _mm256_set1_epi32(-c * *y.add(32).cast::<i32>()));
+                let dd = _mm256_mul_ps(d, _mm256_set1_ps(*y.add(36).cast::<f32>()));
                 *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dd, *acc);
                 if B::HAS_MIN {
-                    *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(*a.dsy.get_unchecked(b)), *acc);
+                    *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(*y.add(40).cast::<f32>()), *acc);
                 }
             }
         }
         acc
+    }
+}
+
+/// [`super::prepare`] on AVX2 in one pass: ggml-cpu's run-time Q8_0
+/// quantizer (the arithmetic of `q8_0::x86::quantize_row_activation_avx2`,
+/// so the same bits) writing each prepared block whole, its Σy from the
+/// same registers.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn prepare_avx2(x: &[f32], dst: &mut [u8]) {
+    let nb = x.len() / QK8_0;
+    assert!(
+        x.len() == nb * QK8_0 && dst.len() == super::prepared_bytes(x.len()),
+        "tiles: wrong activation buffer"
+    );
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    for (xb, out) in x
+        .chunks_exact(QK8_0)
+        .zip(dst.chunks_exact_mut(PREPARED_BLOCK))
+    {
+        // SAFETY: xb holds 32 floats; unaligned loads of 8 at 0, 8, 16, 24.
+        let v = unsafe {
+            let p = xb.as_ptr();
+            [
+                _mm256_loadu_ps(p),
+                _mm256_loadu_ps(p.add(8)),
+                _mm256_loadu_ps(p.add(16)),
+                _mm256_loadu_ps(p.add(24)),
+            ]
+        };
+        let a = _mm256_max_ps(
+            _mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
+            _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)),
+        );
+        let m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        let d = half::f16::from_f32(amax / 127.0).to_f32();
+        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        let mut q = [_mm256_setzero_si256(); 4];
+        for k in 0..4 {
+            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm256_mul_ps(v[k], id),
+            );
+            q[k] = _mm256_cvtps_epi32(r);
+        }
+        // Σy of the 32 quants (each in [-127, 127]).
+        let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+        let sum = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01)));
+        // packs work within 128-bit lanes: the permute restores the order.
+        let p = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        // SAFETY: `out` is one prepared block of 48 bytes, the quants first.
+        unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), p) };
+        out[32..36].copy_from_slice(&sum.to_le_bytes());
+        out[36..40].copy_from_slice(&d.to_le_bytes());
+        out[40..44].copy_from_slice(&(d * sum as f32).to_le_bytes());
+        out[44..48].fill(0);
     }
 }

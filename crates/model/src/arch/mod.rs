@@ -177,8 +177,8 @@ impl<'m> State<'m> {
 
     /// Run `ids` at positions `pos0..pos0 + n` of sequence 0 (positions
     /// before `pos0` must already be in the cache) and return the logits
-    /// `which` asks for: the last token's `(vocab,)`, or every token's
-    /// `(n, vocab)` (which needs [`StateOptions::all_logits`]). Panics as
+    /// `which` asks for: the last token's `(vocab,)`, every token's
+    /// `(n, vocab)` (which needs [`StateOptions::all_logits`]), or none. Panics as
     /// [`State::forward`] does.
     pub fn forward_seq(
         &mut self,
@@ -192,7 +192,11 @@ impl<'m> State<'m> {
             id: ids[i],
             seq: 0,
             pos: pos0 + i,
-            logits: which == Logits::All || i + 1 == n,
+            logits: match which {
+                Logits::All => true,
+                Logits::Last => i + 1 == n,
+                Logits::None => false,
+            },
         };
         self.pass_mut().forward(pool, Batch::new(n, &token))
     }

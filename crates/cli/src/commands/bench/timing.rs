@@ -96,8 +96,15 @@ pub fn fill_depth(b: &Bench, state: &mut State<'_>, tokens: &Tokens) {
 
 fn prompt(b: &Bench, state: &mut State<'_>, tokens: &[u32], pos0: usize) {
     let n_batch = b.n_batch.min(state.n_batch()).max(1);
+    let n_chunks = tokens.len().div_ceil(n_batch);
     for (i, chunk) in tokens.chunks(n_batch).enumerate() {
-        let logits = state.forward_seq(b.pool, chunk, pos0 + i * n_batch, Logits::Last);
+        // The prompt's last token's logits, as llama-bench's one call asks for.
+        let which = if i + 1 == n_chunks {
+            Logits::Last
+        } else {
+            Logits::None
+        };
+        let logits = state.forward_seq(b.pool, chunk, pos0 + i * n_batch, which);
         black_box(logits);
     }
 }

@@ -76,6 +76,7 @@ fn bench(c: &mut Criterion) {
                     stride: n,
                     first: 0,
                     n_pos: n,
+                    head_pos: &[],
                     scale: 1.0 / (hd as f32).sqrt(),
                     softcap: 0.0,
                 }

@@ -48,6 +48,7 @@ fn main() {
                 stride: ctx,
                 first: 0,
                 n_pos,
+                head_pos: &[],
                 scale: 0.2357,
                 softcap: 0.0,
             };
@@ -67,6 +68,7 @@ fn main() {
                 stride: ctx,
                 first: 0,
                 n_pos,
+                head_pos: &[],
                 scale: 0.2357,
                 softcap: 0.0,
             };

@@ -270,6 +270,11 @@ fn check<T: KvElement>(
         a.first,
         a.first + n
     );
+    assert!(
+        a.head_pos.is_empty()
+            || (a.head_pos.len() == nh && a.head_pos.iter().all(|&k| k >= 1 && k <= n)),
+        "attend: head_pos takes one count per head, from 1 to n_pos"
+    );
     let sp = scores_len(a.first + n);
     assert!(
         a.keys.len() >= sp * hd,
@@ -284,6 +289,12 @@ fn check<T: KvElement>(
         "attend: scores need n_heads × (first + n_pos rounded up to 16) floats"
     );
     (nh, sp)
+}
+
+/// Where head `h`'s positions end (see [`Attention::head_pos`]).
+#[inline(always)]
+fn head_end<T: KvElement>(a: &Attention<'_, T>, h: usize) -> usize {
+    a.first + a.head_pos.get(h).copied().unwrap_or(a.n_pos)
 }
 
 /// `Σ_p w[p]·v[p]` over whole 16-lane chunks (lane `p % 16`), then the
@@ -322,7 +333,7 @@ fn attend_body<T: KvElement>(
 ) {
     let (nh, sp) = check(a, scores, out, stats);
     let (hd, stride) = (a.head_dim, a.stride);
-    let (from, end) = (a.first, a.first + a.n_pos);
+    let from = a.first;
     for (h, ((s, oh), st)) in scores
         .chunks_exact_mut(sp)
         .zip(out.chunks_exact_mut(hd))
@@ -330,6 +341,7 @@ fn attend_body<T: KvElement>(
         .take(nh)
         .enumerate()
     {
+        let end = head_end(a, h);
         s.fill(0.0);
         // Block b holds positions 16b.. as (head_dim, 16).
         for (b, (sb, kb)) in s
@@ -337,7 +349,8 @@ fn attend_body<T: KvElement>(
             .zip(a.keys.chunks_exact(KEY_BLOCK * hd))
             .enumerate()
         {
-            let lanes = from.saturating_sub(b * KEY_BLOCK)..(end - b * KEY_BLOCK).min(KEY_BLOCK);
+            let lanes = from.saturating_sub(b * KEY_BLOCK)
+                ..end.saturating_sub(b * KEY_BLOCK).min(KEY_BLOCK);
             for i in 0..hd {
                 let qs = a.q[h * hd + i] * a.scale;
                 let k = &kb[i * KEY_BLOCK..][..KEY_BLOCK];
@@ -402,6 +415,11 @@ pub struct Attention<'a, T: KvElement = f32> {
     /// stride`.
     pub first: usize,
     pub n_pos: usize,
+    /// Per head, how many of those positions it attends to (a prefix, at
+    /// least one): several consecutive tokens' heads in one call, each
+    /// causal, sharing every key and value load. Empty: all `n_pos`. A
+    /// head gives the same bits either way.
+    pub head_pos: &'a [usize],
     /// Multiplies the scores (`1/√head_dim`).
     pub scale: f32,
     /// `cap · tanh(s / cap)` of the scaled scores before the softmax
@@ -746,6 +764,7 @@ mod tests {
                 stride,
                 first,
                 n_pos,
+                head_pos: &[],
                 scale: 1.0 / (hd as f32).sqrt(),
                 softcap: 0.0,
             };
@@ -818,6 +837,7 @@ mod tests {
                 stride,
                 first,
                 n_pos,
+                head_pos: &[],
                 scale: a.scale,
                 softcap: 0.0,
             };
@@ -866,6 +886,7 @@ mod tests {
                     stride,
                     first,
                     n_pos,
+                    head_pos: &[],
                     scale: 0.3,
                     softcap: 0.0,
                 };
@@ -876,6 +897,93 @@ mod tests {
                 outs.push((bits(&out), bits(&st)));
             }
             assert_eq!(outs[0], outs[1], "{isa:?}");
+        }
+    }
+
+    /// Several tokens' heads in one call, each over its own prefix of the
+    /// positions (`head_pos`): every head gets the bits of a call of its
+    /// own over just its positions, on every set, f32 and f16, with and
+    /// without a soft cap, a window starting inside a block, and scores
+    /// work areas holding NaN.
+    #[test]
+    fn heads_over_their_own_prefixes_match_separate_calls() {
+        let mut r = rng(17);
+        for (hd, first, n_pos, counts) in [
+            (
+                8usize,
+                0usize,
+                37usize,
+                vec![30usize, 37, 1, 16, 17, 33, 36, 2, 37],
+            ),
+            (18, 5, 20, vec![20, 11, 3, 19]),
+            (64, 0, 64, vec![49, 50, 51, 52, 61, 62, 63, 64, 64, 1, 2, 3]),
+        ] {
+            let nh = counts.len();
+            let stride = (first + n_pos + 9).next_multiple_of(KEY_BLOCK);
+            let q = weights(&mut r, nh * hd);
+            let keys: Vec<f32> = (0..hd * stride).map(|_| r.gen_range(-2.0..2.0)).collect();
+            let values: Vec<f32> = (0..hd * stride).map(|_| r.gen_range(-2.0..2.0)).collect();
+            let kb = blocked(&keys, hd, stride);
+            let k16: Vec<f16> = kb.iter().map(|&x| f16::from_f32(x)).collect();
+            let v16: Vec<f16> = values.iter().map(|&x| f16::from_f32(x)).collect();
+            for cap in [0.0, 7.5] {
+                for isa in Isa::supported() {
+                    let k = ops(isa);
+                    let mut scores = vec![f32::NAN; nh * scores_len(first + n_pos)];
+                    let (mut out, mut st) = (vec![f32::NAN; nh * hd], vec![f32::NAN; 2 * nh]);
+                    let (mut out16, mut st16) = (out.clone(), st.clone());
+                    let a = Attention {
+                        q: &q,
+                        head_dim: hd,
+                        keys: &kb,
+                        values: &values,
+                        stride,
+                        first,
+                        n_pos,
+                        head_pos: &counts,
+                        scale: 0.4,
+                        softcap: cap,
+                    };
+                    (k.attend)(&a, &mut scores, &mut out, &mut st);
+                    let a16 = Attention {
+                        keys: &k16,
+                        values: &v16,
+                        head_pos: &counts,
+                        q: &q,
+                        head_dim: hd,
+                        stride,
+                        first,
+                        n_pos,
+                        scale: 0.4,
+                        softcap: cap,
+                    };
+                    (k.attend_f16)(&a16, &mut scores, &mut out16, &mut st16);
+                    for (h, &n) in counts.iter().enumerate() {
+                        let qh = &q[h * hd..(h + 1) * hd];
+                        let mut s1 = vec![f32::NAN; scores_len(first + n)];
+                        let (mut o1, mut t1) = (vec![f32::NAN; hd], vec![f32::NAN; 2]);
+                        let one = Attention {
+                            q: qh,
+                            n_pos: n,
+                            head_pos: &[],
+                            ..a
+                        };
+                        (k.attend)(&one, &mut s1, &mut o1, &mut t1);
+                        let what = format!("{isa:?} hd {hd} head {h} of {n} cap {cap}");
+                        assert_eq!(bits(&out[h * hd..][..hd]), bits(&o1), "{what}");
+                        assert_eq!(bits(&st[2 * h..][..2]), bits(&t1), "{what}");
+                        let one16 = Attention {
+                            q: qh,
+                            n_pos: n,
+                            head_pos: &[],
+                            ..a16
+                        };
+                        (k.attend_f16)(&one16, &mut s1, &mut o1, &mut t1);
+                        assert_eq!(bits(&out16[h * hd..][..hd]), bits(&o1), "f16 {what}");
+                        assert_eq!(bits(&st16[2 * h..][..2]), bits(&t1), "f16 {what}");
+                    }
+                }
+            }
         }
     }
 
@@ -903,6 +1011,7 @@ mod tests {
                 stride,
                 first,
                 n_pos,
+                head_pos: &[],
                 scale: 0.5,
                 softcap: cap,
             };

@@ -6,7 +6,9 @@ use crate::kv_cache::Columns;
 use kernels::vecops::{self, Attention, KvElement, KEY_BLOCK};
 
 /// Query heads `q` over positions `span` of one kv head's keys `(stride /
-/// 16, hd, 16)` and values `(hd, stride)`.
+/// 16, hd, 16)` and values `(hd, stride)`, each over its first `head_pos`
+/// of them when given.
+#[allow(clippy::too_many_arguments)]
 fn attention<'a, T: KvElement>(
     q: &'a [f32],
     hd: usize,
@@ -15,6 +17,7 @@ fn attention<'a, T: KvElement>(
     stride: usize,
     span: std::ops::RangeInclusive<usize>,
     scale: Scale,
+    head_pos: &'a [usize],
 ) -> Attention<'a, T> {
     // Positions `first..=last`: the kernel starts at the block holding
     // `first` (keys) and at that block's first position (values: position
@@ -30,6 +33,7 @@ fn attention<'a, T: KvElement>(
         stride,
         first: lead,
         n_pos: last + 1 - first,
+        head_pos,
         scale: scale.scale,
         softcap: scale.softcap,
     }
@@ -53,14 +57,23 @@ pub(crate) const SEGMENT: usize = 512;
 /// Floats of work area one [`Heads`] call needs, for `group` query heads
 /// of `hd` over a layer of `stride` positions: a segment's scores, a
 /// segment's output and softmax statistics, the running statistics.
+/// Linear in `group`: `t` tokens' heads take `t` times one token's.
 pub(crate) fn work_floats(group: usize, hd: usize, stride: usize) -> usize {
     group * (vecops::scores_len(stride.min(SEGMENT)) + hd + 4)
 }
 
-/// One token's query heads `q` `(group, hd)` that share kv head `kv_head`,
-/// attending over positions `first..=last` (`0..=pos`, or a sliding
-/// window's last positions) of `cols`, a layer of `stride` positions
-/// ([`crate::kv_cache::LayerKv::stride`]).
+/// Most query heads of one [`Heads`] call: tokens are batched into a call
+/// up to this many heads.
+pub(crate) const MAX_HEADS: usize = 24;
+
+/// The query heads `q` `(tokens, group, hd)` that share kv head `kv_head`,
+/// of `tokens` consecutive tokens of one sequence ending at position
+/// `last`, each attending over positions `first..=` its own (`0..=pos`,
+/// or a sliding window's last positions, the same start for all) of
+/// `cols`, a layer of `stride` positions
+/// ([`crate::kv_cache::LayerKv::stride`]). Several tokens share every key
+/// and value load (a prompt's batch), and each head gets the bits it
+/// would get alone. The tokens must span the same [`Heads::segments`].
 #[derive(Clone, Copy)]
 pub(crate) struct Heads<'a> {
     pub cols: Columns<'a>,
@@ -70,7 +83,15 @@ pub(crate) struct Heads<'a> {
     pub q: &'a [f32],
     pub first: usize,
     pub last: usize,
+    pub tokens: usize,
     pub scale: Scale,
+}
+
+/// Segments of positions `first..=last` ([`SEGMENT`] each from the key
+/// block that holds `first`).
+pub(crate) fn segments(first: usize, last: usize) -> usize {
+    let start = first - first % KEY_BLOCK;
+    (last + 1 - start).div_ceil(SEGMENT)
 }
 
 impl Heads<'_> {
@@ -81,8 +102,7 @@ impl Heads<'_> {
     /// The segments: [`SEGMENT`] positions each from the key block that
     /// holds `first`.
     pub fn segments(&self) -> usize {
-        let start = self.first - self.first % KEY_BLOCK;
-        (self.last + 1 - start).div_ceil(SEGMENT)
+        segments(self.first, self.last)
     }
 
     /// Segment `s` (< [`Heads::segments`]): `work` is [`work_floats`]
@@ -110,34 +130,56 @@ impl Heads<'_> {
         // Kv head g's keys and values (hd · stride each) start at g·hd·stride.
         let span = self.kv_head * hd * stride..(self.kv_head + 1) * hd * stride;
         let q = self.q;
+        // Token j of the call ends at last − (tokens − 1) + j: in this
+        // segment it sees lo..=min(that, hi).
+        let (tokens, group) = (self.tokens.max(1), self.group());
+        let per_token = group / tokens;
+        let first_last = self.last + 1 - tokens;
+        assert!(
+            tokens == 1
+                || (group <= MAX_HEADS
+                    && group == per_token * tokens
+                    && segments(self.first, first_last) == self.segments()),
+            "attention: {tokens} tokens' {group} heads must share their segments"
+        );
+        let mut counts = [0usize; MAX_HEADS];
+        let head_pos: &[usize] = if tokens > 1 && first_last < hi {
+            for (h, c) in counts[..group].iter_mut().enumerate() {
+                *c = (first_last + h / per_token).min(hi) + 1 - lo;
+            }
+            &counts[..group]
+        } else {
+            &[]
+        };
         match self.cols {
             Columns::F16 { keys, values } => {
                 let (k, v) = (&keys[span.clone()], &values[span]);
-                let a = attention(q, hd, k, v, stride, lo..=hi, self.scale);
+                let a = attention(q, hd, k, v, stride, lo..=hi, self.scale, head_pos);
                 vecops::attend_f16(&a, scores, out, stats)
             }
             Columns::F32 { keys, values } => {
                 let (k, v) = (&keys[span.clone()], &values[span]);
-                let a = attention(q, hd, k, v, stride, lo..=hi, self.scale);
+                let a = attention(q, hd, k, v, stride, lo..=hi, self.scale, head_pos);
                 vecops::attend(&a, scores, out, stats)
             }
         }
     }
 
-    /// Fold the segments [`Heads::segment`] left in `items` (segment `s`
-    /// in `items[s·item..][..item]`, `item` being [`work_floats`]) into
-    /// `out` `(group, hd)`: the same bits as [`Heads::attend`].
-    pub fn gather(&self, items: &mut [f32], item: usize, out: &mut [f32]) {
-        let (group, hd) = (self.group(), self.hd);
-        let (first, later) = items.split_at_mut(item);
-        let tail = first.len() - group * (hd + 4);
-        let (out0, rest) = first[tail..].split_at_mut(group * hd);
-        let (stats0, stats) = rest.split_at_mut(2 * group);
-        out.copy_from_slice(out0);
-        stats.copy_from_slice(stats0);
-        for s in 1..self.segments() {
-            let (seg_out, seg_stats) = self.segment_result(&later[(s - 1) * item..][..item]);
-            fold(hd, out, stats, seg_out, seg_stats);
+    /// Fold the segments' works [`Heads::segment`] left (in order, one
+    /// per segment) into `out` `(group, hd)` and `stats` `(group, 2)`: the
+    /// same bits as [`Heads::attend`].
+    pub fn gather<'w>(
+        &self,
+        mut segs: impl Iterator<Item = &'w [f32]>,
+        out: &mut [f32],
+        stats: &mut [f32],
+    ) {
+        let (o0, s0) = self.segment_result(segs.next().expect("at least one segment"));
+        out.copy_from_slice(o0);
+        stats.copy_from_slice(s0);
+        for work in segs.take(self.segments() - 1) {
+            let (seg_out, seg_stats) = self.segment_result(work);
+            fold(self.hd, out, stats, seg_out, seg_stats);
         }
     }
 
@@ -196,6 +238,90 @@ mod tests {
         (h as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
 
+    /// Several consecutive tokens' heads in one call, across segment
+    /// boundaries and windows: each token's heads get the bits of a call
+    /// of their own, segments computed apart and gathered too.
+    #[test]
+    fn tokens_batched_match_one_token_calls() {
+        let (n_ctx, nkv, hd, group) = (1300, 2, 8, 3);
+        for ty in [KvType::F32, KvType::F16] {
+            let mut cache = KvCache::new(ty, 1, n_ctx, nkv, hd).unwrap();
+            let row = |p: usize, salt: usize| -> Vec<f32> {
+                (0..nkv * hd).map(|i| val(p, i, salt) * 2.0).collect()
+            };
+            for p in 0..n_ctx {
+                cache.store(0, p, &row(p, 1), &row(p, 2));
+            }
+            let kv = cache.layer(0);
+            // (first, last of the last token, tokens): within one segment,
+            // ending exactly on a segment's end, past a boundary, a window.
+            for (first, last, tokens) in [
+                (0, 7, 8),
+                (0, 511, 5),
+                (0, 1100, 8),
+                (0, 530, 3),
+                (5, 700, 4),
+                (0, 0, 1),
+            ] {
+                let q: Vec<f32> = (0..tokens * group * hd)
+                    .map(|i| val(i, 0, 3) * 3.0)
+                    .collect();
+                let scale = Scale {
+                    scale: 0.35,
+                    softcap: 0.0,
+                };
+                for g in 0..nkv {
+                    let heads = Heads {
+                        cols: kv.columns().unwrap(),
+                        kv_head: g,
+                        hd,
+                        stride: kv.stride(),
+                        q: &q,
+                        first,
+                        last,
+                        tokens,
+                        scale,
+                    };
+                    let item = work_floats(tokens * group, hd, kv.stride());
+                    let mut work = vec![f32::NAN; item];
+                    let mut out = vec![f32::NAN; tokens * group * hd];
+                    heads.attend(&mut work, &mut out);
+                    let n_seg = heads.segments();
+                    let mut items = vec![f32::NAN; n_seg * item];
+                    for s in (0..n_seg).rev() {
+                        heads.segment(s, &mut items[s * item..][..item]);
+                    }
+                    let mut gathered = vec![f32::NAN; tokens * group * hd];
+                    let mut stats = vec![f32::NAN; 2 * tokens * group];
+                    heads.gather(items.chunks_exact(item), &mut gathered, &mut stats);
+                    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&gathered),
+                        bits(&out),
+                        "{ty} {first}..={last} x{tokens}"
+                    );
+                    for j in 0..tokens {
+                        let qj = &q[j * group * hd..(j + 1) * group * hd];
+                        let one = Heads {
+                            q: qj,
+                            last: last + 1 - tokens + j,
+                            tokens: 1,
+                            ..heads
+                        };
+                        let mut w1 = vec![f32::NAN; work_floats(group, hd, kv.stride())];
+                        let mut o1 = vec![f32::NAN; group * hd];
+                        one.attend(&mut w1, &mut o1);
+                        assert_eq!(
+                            bits(&out[j * group * hd..(j + 1) * group * hd]),
+                            bits(&o1),
+                            "{ty} {first}..={last} x{tokens}: token {j}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// Segmented attention over long ranges (several segments, a window
     /// starting inside a block, one position) against an f64 softmax, and
     /// the segments computed apart then gathered give the same bits as
@@ -231,6 +357,7 @@ mod tests {
                         q: &q,
                         first,
                         last,
+                        tokens: 1,
                         scale: Scale {
                             scale: 0.35,
                             softcap: 0.0,
@@ -279,7 +406,8 @@ mod tests {
                         heads.segment(s, &mut items[s * item..][..item]);
                     }
                     let mut gathered = vec![f32::NAN; group * hd];
-                    heads.gather(&mut items, item, &mut gathered);
+                    let mut stats = vec![f32::NAN; 2 * group];
+                    heads.gather(items.chunks_exact(item), &mut gathered, &mut stats);
                     let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&gathered), bits(&out), "{ty} {first}..={last}");
                 }

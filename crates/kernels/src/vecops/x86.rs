@@ -101,15 +101,16 @@ impl Shape {
     }
 }
 
-/// Scores of query heads `h0..h0 + H` (rows of `qs`, already scaled) over
-/// every chunk of 16 positions, `C` chunks at a time: one key load feeds
-/// the H heads, and the H·C accumulators are independent chains. Chunk
+/// Scores of query heads `h0..h0 + H` (columns of `qs`, `(hd, nh)`,
+/// already scaled) over every chunk of 16 positions, `C` chunks at a
+/// time: one key load feeds the H heads, and the H·C accumulators are
+/// independent chains. Chunk
 /// `c` is block `c` of the keys, `hd` rows of 16 lanes in a row, so the
 /// pass reads the keys as one sequential stream.
 ///
 /// # Safety
-/// As in [`attend_avx512`]: `check` passed, `qs` holds `(h0 + H)·hd`
-/// floats, row `h0 + j` of `sc` holds `chunks·16` floats.
+/// As in [`attend_avx512`]: `check` passed, `qs` holds `nh·hd` floats
+/// (`h0 + H ≤ nh`), row `h0 + j` of `sc` holds `chunks·16` floats.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
 unsafe fn score_block<T: KvElement, const H: usize, const C: usize>(
@@ -121,7 +122,11 @@ unsafe fn score_block<T: KvElement, const H: usize, const C: usize>(
 ) {
     let (hd, sp, chunks) = (shape.hd, shape.sp, shape.chunks);
     let block = KEY_BLOCK * hd;
-    let qrows: [*const f32; H] = std::array::from_fn(|j| qs[(h0 + j) * hd..][..hd].as_ptr());
+    // `qs` is (hd, nh): element i of the H heads sits in one run from
+    // i·nh + h0, so each FMA takes its query as an embedded broadcast.
+    let nh = qs.len() / hd;
+    assert!(h0 + H <= nh && qs.len() == nh * hd);
+    let qt = qs[h0..].as_ptr();
     let mut c0 = 0;
     while c0 < chunks {
         // C chunks from c0, or the single chunks left at the end.
@@ -134,9 +139,9 @@ unsafe fn score_block<T: KvElement, const H: usize, const C: usize>(
                 let k: [__m512; C] = std::array::from_fn(|k| unsafe {
                     load_kv(kp, (c0 + k) * block + i * KEY_BLOCK, masks[k])
                 });
-                for (accj, &qrow) in acc.iter_mut().zip(&qrows) {
-                    // SAFETY: `qrow` is a row of `hd` floats, i < hd.
-                    let q = _mm512_set1_ps(unsafe { *qrow.add(i) });
+                for (j, accj) in acc.iter_mut().enumerate() {
+                    // SAFETY: i·nh + h0 + j < hd·nh (asserted above).
+                    let q = _mm512_set1_ps(unsafe { *qt.add(i * nh + j) });
                     for (a, kk) in accj.iter_mut().zip(&k) {
                         *a = _mm512_fmadd_ps(q, *kk, *a);
                     }
@@ -152,7 +157,7 @@ unsafe fn score_block<T: KvElement, const H: usize, const C: usize>(
             c0 += C;
         } else {
             // SAFETY: as above, with one chunk.
-            unsafe { score_block_tail::<T, H>(kp, &qrows, sc, h0, c0, shape) };
+            unsafe { score_block_tail::<T, H>(kp, qt, nh, sc, h0, c0, shape) };
             c0 += 1;
         }
     }
@@ -161,12 +166,14 @@ unsafe fn score_block<T: KvElement, const H: usize, const C: usize>(
 /// [`score_block`] for the single chunk `c`.
 ///
 /// # Safety
-/// As [`score_block`]; `qrows` are its rows of queries.
+/// As [`score_block`]; `qt` points at element 0 of head `h0` in its
+/// `(hd, nh)` queries.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
 unsafe fn score_block_tail<T: KvElement, const H: usize>(
     kp: *const T,
-    qrows: &[*const f32; H],
+    qt: *const f32,
+    nh: usize,
     sc: *mut f32,
     h0: usize,
     c: usize,
@@ -178,9 +185,9 @@ unsafe fn score_block_tail<T: KvElement, const H: usize>(
     for i in 0..hd {
         // SAFETY: the caller's contract; masked-off lanes are not read.
         let k = unsafe { load_kv(kp, c * KEY_BLOCK * hd + i * KEY_BLOCK, m) };
-        for (accj, &qrow) in acc.iter_mut().zip(qrows) {
-            // SAFETY: `qrow` is a row of `hd` floats, i < hd.
-            let q = _mm512_set1_ps(unsafe { *qrow.add(i) });
+        for (j, accj) in acc.iter_mut().enumerate() {
+            // SAFETY: as in `score_block`: i·nh + h0 + j < hd·nh.
+            let q = _mm512_set1_ps(unsafe { *qt.add(i * nh + j) });
             *accj = _mm512_fmadd_ps(q, k, *accj);
         }
     }
@@ -260,7 +267,6 @@ pub(super) fn attend_avx512<T: KvElement>(
             (1u16 << (end % 16)) - 1
         },
     };
-    let mask = |c: usize| shape.mask(c);
     // `check` gave: q, out (nh·hd); keys (sp·hd: whole blocks); values
     // ((hd-1)·stride + end); scores (nh·sp). Every access below stays
     // inside those: key loads of chunk c read block c, value loads read
@@ -268,9 +274,12 @@ pub(super) fn attend_avx512<T: KvElement>(
     // long.
     let (kp, vp, sc) = (a.keys.as_ptr(), a.values.as_ptr(), scores.as_mut_ptr());
 
-    // q·scale, kept in `out` until the value pass overwrites it.
-    for (o, &q) in out.iter_mut().zip(a.q) {
-        *o = q * a.scale;
+    // q·scale, kept in `out` as (hd, nh) until the value pass overwrites
+    // it.
+    for (h, qh) in a.q.chunks_exact(hd).enumerate() {
+        for (i, &q) in qh.iter().enumerate() {
+            out[i * nh + h] = q * a.scale;
+        }
     }
     let mut h = 0;
     while h < nh {
@@ -294,19 +303,37 @@ pub(super) fn attend_avx512<T: KvElement>(
     // Gemma 2's soft cap, as the scalar body applies it.
     if a.softcap > 0.0 {
         for h in 0..nh {
-            // SAFETY: row h of scores is sp ≥ n floats inside `scores`
-            // (`check`), and no other reference to it is live.
-            let row = unsafe { std::slice::from_raw_parts_mut(sc.add(h * sp + a.first), a.n_pos) };
+            let n = super::head_end(a, h) - a.first;
+            // SAFETY: row h of scores is sp ≥ first + n floats inside
+            // `scores` (`check`), and no other reference to it is live.
+            let row = unsafe { std::slice::from_raw_parts_mut(sc.add(h * sp + a.first), n) };
             super::softcap_body(row, a.softcap);
         }
     }
 
-    // Softmax per row; lanes outside first..end count as −∞, end as exact
-    // zeros.
+    // Softmax per row, over the head's own positions: lanes outside
+    // first..end_h count as −∞, end as exact zeros, and so do the chunks
+    // past the head's last (the value pass reads them as weights).
     let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
     for h in 0..nh {
         // SAFETY: row h of scores is sp floats, c·16 + 16 ≤ sp.
         let row = |c: usize| unsafe { sc.add(h * sp + c * 16) };
+        let end = super::head_end(a, h);
+        let head = Shape {
+            chunks: end.div_ceil(16),
+            last: if end % 16 == 0 {
+                !0
+            } else {
+                (1u16 << (end % 16)) - 1
+            },
+            ..shape
+        };
+        let mask = |c: usize| head.mask(c);
+        for c in head.chunks..chunks {
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_ps(row(c), _mm512_setzero_ps()) };
+        }
+        let chunks = head.chunks;
         let mut m = neg_inf;
         for c in 0..chunks {
             // SAFETY: as above.

@@ -552,6 +552,7 @@ impl Lane {
                     q: qg,
                     first: 0,
                     last: tok.pos,
+                    tokens: 1,
                     scale: Scale {
                         scale,
                         softcap: 0.0,

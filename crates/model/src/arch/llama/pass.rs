@@ -29,7 +29,7 @@
 //! allocates nothing.
 
 use super::weights::{Ffn, Weights};
-use crate::attention::{work_floats, Heads, Scale, SEGMENT};
+use crate::attention::{segments, work_floats, Heads, Scale, MAX_HEADS, SEGMENT};
 use crate::batch::{check_batch, Batch, StateOptions};
 use crate::config::{Activation, ModelConfig};
 use crate::kv_cache::{KvCache, KvType};
@@ -56,20 +56,22 @@ pub struct State<'m> {
     w: &'m Weights<'m>,
     n_ctx: usize,
     n_batch: usize,
-    x: Vec<f32>,       // (n_batch, dim) residual stream
-    xb: Vec<f32>,      // (n_batch, dim) normed input of a block
-    q: Vec<f32>,       // (n_batch, q_dim)
-    k: Vec<f32>,       // (n_batch, kv_dim)
-    v: Vec<f32>,       // (n_batch, kv_dim)
-    att_out: Vec<f32>, // (n_batch, q_dim) heads' weighted values
-    proj: Vec<f32>,    // (n_batch, dim) output of Wo / Wdown
-    heads: Vec<f32>,   // (n_batch, attention_floats) per head: scores, output
-    hb: Vec<f32>,      // (n_batch, ffn_dim) gate, then silu(gate)·up
-    hb2: Vec<f32>,     // (n_batch, ffn_dim) up
-    cos: Vec<f32>,     // (n_batch, n_rot/2)
-    sin: Vec<f32>,     // (n_batch, n_rot/2)
-    cos_swa: Vec<f32>, // (n_batch, n_rot/2) sliding-window layers' RoPE, if any
-    sin_swa: Vec<f32>, // (n_batch, n_rot/2)
+    x: Vec<f32>,               // (n_batch, dim) residual stream
+    xb: Vec<f32>,              // (n_batch, dim) normed input of a block
+    q: Vec<f32>,               // (n_batch, q_dim)
+    k: Vec<f32>,               // (n_batch, kv_dim)
+    v: Vec<f32>,               // (n_batch, kv_dim)
+    att_out: Vec<f32>,         // (n_batch, q_dim) heads' weighted values
+    proj: Vec<f32>,            // (n_batch, dim) output of Wo / Wdown
+    heads: Vec<f32>,           // (n_batch, attention_floats) per head: scores, output
+    runs: Vec<(usize, usize)>, // attention's runs of tokens: (first, count)
+    att_tmp: Vec<f32>,         // attention's gathered outputs and statistics of one run
+    hb: Vec<f32>,              // (n_batch, ffn_dim) gate, then silu(gate)·up
+    hb2: Vec<f32>,             // (n_batch, ffn_dim) up
+    cos: Vec<f32>,             // (n_batch, n_rot/2)
+    sin: Vec<f32>,             // (n_batch, n_rot/2)
+    cos_swa: Vec<f32>,         // (n_batch, n_rot/2) sliding-window layers' RoPE, if any
+    sin_swa: Vec<f32>,         // (n_batch, n_rot/2)
     /// RoPE frequency factors: Llama 3's, or Phi-3's long or short ones
     /// for this state's context.
     rope_factors: Option<&'m [f32]>,
@@ -109,6 +111,8 @@ impl<'m> State<'m> {
             att_out: vec![0.0; nb * cfg.q_dim()],
             proj: vec![0.0; nb * cfg.dim],
             heads: vec![0.0; nb * attention_floats(cfg, n_ctx)],
+            runs: Vec::with_capacity(nb),
+            att_tmp: vec![0.0; gathered_floats(cfg)],
             hb: vec![0.0; nb * ffn_width(cfg)],
             hb2: vec![0.0; nb * ffn_width(cfg)],
             cos: vec![0.0; nb * cfg.rope.n_rot / 2],
@@ -294,22 +298,52 @@ impl<'m> State<'m> {
 
     /// f16/f32 caches (keys in blocks of 16 positions, values by columns):
     /// the multi-head kernel reads them in place, one key load serving the
-    /// whole group. The work items are (token, kv head, segment of the
-    /// context), so one token's few kv heads over a long context still
-    /// split evenly over the pool; the segments are folded in order after
-    /// it.
+    /// whole group, and the group of every token in a run of consecutive
+    /// positions of one sequence (a prompt's batch: up to
+    /// [`MAX_HEADS`] heads a call). The work items are (kv head, run,
+    /// segment of the context), so one token's few kv heads over a long
+    /// context still split evenly over the pool; the segments are folded
+    /// in order after it.
     fn attend_columns(&mut self, pool: &ThreadPool, li: usize, batch: &Batch<'_>) {
         let cfg = self.cfg;
         let (n, hd, q_dim, nkv) = (batch.n, cfg.head_dim, cfg.q_dim(), cfg.n_kv_heads);
         let group = cfg.n_heads / nkv;
         let scale = self.scale();
-        let (q, caches) = (&self.q[..n * q_dim], &*self.caches);
-        let stride = caches[0].layer(li).stride();
-        let (item, n_seg) = (work_floats(group, hd, stride), stride.div_ceil(SEGMENT));
-        // Token t's query heads that share kv head g.
-        let heads_of = |tg: usize| {
-            let (t, g) = (tg / nkv, tg % nkv);
+        let stride = self.caches[0].layer(li).stride();
+        let n_seg = stride.div_ceil(SEGMENT);
+        // Per (token, kv head, segment): the group's queries, then the work.
+        let qf = group * hd;
+        let item = qf + work_floats(group, hd, stride);
+        // Runs: (first token, tokens) of one sequence at consecutive
+        // positions with one window start and the same segments.
+        let max_run = (MAX_HEADS / group).max(1);
+        let runs = &mut self.runs;
+        runs.clear();
+        let mut t = 0;
+        while t < n {
             let tok = batch.get(t);
+            let first = visible_from(cfg, li, tok.pos);
+            let segs = segments(first, tok.pos);
+            let mut k = 1;
+            while t + k < n && k < max_run {
+                let next = batch.get(t + k);
+                let joins = next.seq == tok.seq
+                    && next.pos == tok.pos + k
+                    && visible_from(cfg, li, next.pos) == first
+                    && segments(first, next.pos) == segs;
+                if !joins {
+                    break;
+                }
+                k += 1;
+            }
+            runs.push((t, k));
+            t += k;
+        }
+        let (q, caches, runs) = (&self.q[..n * q_dim], &*self.caches, &*self.runs);
+        // Run r's heads that share kv head g, but for their queries.
+        let heads_of = |g: usize, r: usize| {
+            let (t0, k) = runs[r];
+            let tok = batch.get(t0 + k - 1);
             let kv = caches[tok.seq].layer(li);
             Heads {
                 cols: kv
@@ -318,34 +352,69 @@ impl<'m> State<'m> {
                 kv_head: g,
                 hd,
                 stride: kv.stride(),
-                q: &q[t * q_dim + g * group * hd..][..group * hd],
+                q: &[],
                 first: visible_from(cfg, li, tok.pos),
                 last: tok.pos,
+                tokens: k,
                 scale,
             }
         };
-        let items = &mut self.heads[..n * nkv * n_seg * item];
-        let attend = |start: usize, buf: &mut [f32], _thread: usize| {
-            let i = start / item; // (token · n_kv_heads + kv head) · n_seg + segment
-            let heads = heads_of(i / n_seg);
-            if i % n_seg < heads.segments() {
-                heads.segment(i % n_seg, buf);
+        // Unit (g, r, s) holds run r's k items for segment s; a (g, r)'s
+        // segments follow each other.
+        let mut units: Vec<(usize, usize, usize, &mut [f32])> =
+            Vec::with_capacity(nkv * runs.len() * n_seg);
+        let mut rest = &mut self.heads[..n * nkv * n_seg * item];
+        for g in 0..nkv {
+            for (r, &(_, k)) in runs.iter().enumerate() {
+                for s in 0..n_seg {
+                    let (unit, tail) = std::mem::take(&mut rest).split_at_mut(k * item);
+                    units.push((g, r, s, unit));
+                    rest = tail;
+                }
             }
+        }
+        let attend = |_: usize, unit: &mut [(usize, usize, usize, &mut [f32])], _thread: usize| {
+            let (g, r, s, ref mut buf) = unit[0];
+            let (t0, k) = runs[r];
+            let (qs, work) = buf.split_at_mut(k * qf);
+            if s >= segments(
+                visible_from(cfg, li, batch.get(t0).pos),
+                batch.get(t0 + k - 1).pos,
+            ) {
+                return;
+            }
+            for (j, qj) in qs.chunks_exact_mut(qf).enumerate() {
+                qj.copy_from_slice(&q[(t0 + j) * q_dim + g * qf..][..qf]);
+            }
+            Heads {
+                q: qs,
+                ..heads_of(g, r)
+            }
+            .segment(s, work);
         };
         let work: usize = batch.iter().map(|t| cfg.n_heads * (t.pos + 1)).sum();
         if pool.n_threads() > 1 && work >= PARALLEL_ATTENTION_FROM {
-            pool.for_each_chunk_mut(items, item, attend);
+            pool.for_each_chunk_mut(&mut units, 1, attend);
         } else {
-            for (i, buf) in items.chunks_exact_mut(item).enumerate() {
-                attend(i * item, buf, 0);
+            for i in 0..units.len() {
+                attend(i, &mut units[i..i + 1], 0);
             }
         }
-        let att_out = self.att_out[..n * q_dim].chunks_exact_mut(group * hd);
-        for (tg, (o, segs)) in att_out
-            .zip(items.chunks_exact_mut(n_seg * item))
-            .enumerate()
-        {
-            heads_of(tg).gather(segs, item, o);
+        let (out, stats) = self.att_tmp.split_at_mut(MAX_HEADS.max(group) * hd);
+        // Each (g, r)'s units: segment 0 and the n_seg − 1 after it.
+        for at in (0..units.len()).step_by(n_seg) {
+            let (g, r, _, ref buf) = units[at];
+            let (t0, k) = runs[r];
+            let heads = Heads {
+                q: &buf[..k * qf],
+                ..heads_of(g, r)
+            };
+            let works = units[at..at + n_seg].iter().map(|u| &u.3[k * qf..]);
+            let (out, stats) = (&mut out[..k * qf], &mut stats[..2 * k * group]);
+            heads.gather(works, out, stats);
+            for (j, o) in out.chunks_exact(qf).enumerate() {
+                self.att_out[(t0 + j) * q_dim + g * qf..][..qf].copy_from_slice(o);
+            }
         }
     }
 
@@ -485,7 +554,7 @@ impl<'m> State<'m> {
                 let (hb, hb2) = (&mut self.hb[..n * ffn], &mut self.hb2[..n * ffn]);
                 let outs = &mut [&mut *hb, &mut *hb2];
                 matmul_each(pool, &[gate, up], xb, outs, &mut self.scratch);
-                gated(cfg.variant.act, hb, hb2);
+                gated(pool, cfg.variant.act, hb, hb2);
                 matmul(pool, down, hb, proj, &mut self.scratch); // (n, dim)
             }
             Ffn::Experts {
@@ -599,11 +668,29 @@ impl Pass for State<'_> {
     }
 }
 
-/// `gate = act(gate) ⊙ up`.
-fn gated(act: Activation, gate: &mut [f32], up: &[f32]) {
-    match act {
-        Activation::Silu => ops::swiglu(gate, up),
-        Activation::GeluTanh => ops::geglu(gate, up),
+/// Elements of `gate = act(gate) ⊙ up` from which it is split over the
+/// pool (a prompt's batch; one token's is too small to pay a dispatch).
+const PARALLEL_GATED_FROM: usize = 16 << 10;
+
+/// `gate = act(gate) ⊙ up`, SiLU through the vector kernels' polynomial
+/// `exp` (libm's scalar `expf` was 8% of a prompt's time).
+fn gated(pool: &ThreadPool, act: Activation, gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "gated: gate and up lengths differ");
+    let f = |start: usize, g: &mut [f32], _thread: usize| {
+        let u = &up[start..start + g.len()];
+        match act {
+            Activation::Silu => vecops::swiglu(g, u),
+            Activation::GeluTanh => ops::geglu(g, u),
+        }
+    };
+    if pool.n_threads() > 1 && gate.len() >= PARALLEL_GATED_FROM {
+        let chunk = gate
+            .len()
+            .div_ceil(4 * pool.n_threads())
+            .next_multiple_of(16);
+        pool.for_each_chunk_mut(gate, chunk, f);
+    } else {
+        f(0, gate, 0);
     }
 }
 
@@ -704,7 +791,7 @@ impl MoeBuffers {
             let (h, h2) = (&mut hb[..m * eff], &mut hb2[..m * eff]);
             let outs = &mut [&mut *h, &mut *h2];
             matmul_each(pool, &[&gate[ex], &up[ex]], xe, outs, scratch);
-            ops::swiglu(h, h2);
+            gated(pool, cfg.variant.act, h, h2);
             let ye = &mut self.ye[..m * dim];
             matmul(pool, &down[ex], h, ye, scratch); // (m, dim)
             for ((y, &t), &w) in ye.chunks_exact(dim).zip(&self.rows).zip(&self.weights) {
@@ -757,9 +844,17 @@ fn attention_floats(cfg: &ModelConfig, n_ctx: usize) -> usize {
     let rows = cfg.n_heads * head_stride(cfg, n_ctx);
     let stride = n_ctx.next_multiple_of(vecops::KEY_BLOCK);
     let group = cfg.n_heads / cfg.n_kv_heads;
-    let columns =
-        cfg.n_kv_heads * stride.div_ceil(SEGMENT) * work_floats(group, cfg.head_dim, stride);
+    let columns = cfg.n_kv_heads
+        * stride.div_ceil(SEGMENT)
+        * (group * cfg.head_dim + work_floats(group, cfg.head_dim, stride));
     rows.max(columns)
+}
+
+/// Floats of one run's gathered attention: outputs and statistics of up
+/// to [`MAX_HEADS`] heads (or one token's group, if larger).
+fn gathered_floats(cfg: &ModelConfig) -> usize {
+    let group = cfg.n_heads / cfg.n_kv_heads.max(1);
+    MAX_HEADS.max(group) * (cfg.head_dim + 2)
 }
 
 /// What a [`State`] made with `o` will hold (an unusable cache type counts
@@ -784,7 +879,10 @@ pub(crate) fn memory(cfg: &ModelConfig, weights_bytes: u64, o: &StateOptions) ->
             .experts
             .map_or(0, |e| e.count + 2 * cfg.dim + 2 * e.used);
     // Plus, for a q8_0 cache, one layer's K and V widened to f32.
-    let floats = nb * per_token + o.logit_rows() * cfg.vocab_size + 2 * widened_kv(cfg, o);
+    let floats = nb * per_token
+        + o.logit_rows() * cfg.vocab_size
+        + 2 * widened_kv(cfg, o)
+        + gathered_floats(cfg);
     // Plus the quantized activations (at most ~1.1 bytes per input
     // float, rows rounded up to cache lines) and the transposed output.
     let widest = cfg.dim.max(cfg.ffn_dim).max(cfg.q_dim());

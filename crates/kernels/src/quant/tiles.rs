@@ -342,6 +342,7 @@ pub(crate) fn check_dot_bounds<B: TileBlock>(tile: &[u8], nb: usize, n: usize, o
 /// The bounds and alignment the kernels' raw activation pointers rely
 /// on: `n` activations of `nb` blocks, `stride` bytes apart from a
 /// 4-aligned start.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn check_acts(acts: &[u8], nb: usize, stride: usize, n: usize) {
     if n == 0 {
         return;

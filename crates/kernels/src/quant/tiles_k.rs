@@ -296,6 +296,7 @@ pub(crate) fn activation(acts: &[u8], at: usize, ns: usize) -> &[BlockQ8K] {
 
 /// The Q4_K minimums' activation sums of sub-blocks `2p` and `2p + 1`, as
 /// the i16 pair the kernels multiply with a row's two minimums.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn min_pair(y: &BlockQ8K, p: usize) -> i32 {
     let b = &y.bsums[4 * p..4 * p + 4];
     let (lo, hi) = (b[0] as i32 + b[1] as i32, b[2] as i32 + b[3] as i32);

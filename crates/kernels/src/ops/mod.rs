@@ -33,6 +33,41 @@ pub fn rmsnorm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
     }
 }
 
+/// [`rmsnorm`] of each row of `x` (rows of `weight.len()`) into `out`, the
+/// same bits row by row; four rows' square sums run side by side, so the
+/// f64 additions (in order, like ggml's) overlap instead of waiting on
+/// each other.
+pub fn rmsnorm_rows(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
+    let dim = weight.len();
+    assert!(
+        dim > 0 && out.len() == x.len() && x.len().is_multiple_of(dim),
+        "rmsnorm_rows: x and out must be whole rows of the weight's length"
+    );
+    let mut outs = out.chunks_exact_mut(4 * dim);
+    let mut xs = x.chunks_exact(4 * dim);
+    for (o4, x4) in (&mut outs).zip(&mut xs) {
+        let mut sum = [0.0f64; 4];
+        for i in 0..dim {
+            for (r, s) in sum.iter_mut().enumerate() {
+                let v = x4[r * dim + i];
+                *s += (v * v) as f64;
+            }
+        }
+        for (r, s) in sum.iter().enumerate() {
+            let mean = (s / dim as f64) as f32;
+            let scale = 1.0 / (mean + eps).sqrt();
+            let (o, xr) = (&mut o4[r * dim..][..dim], &x4[r * dim..][..dim]);
+            for ((o, &v), &w) in o.iter_mut().zip(xr).zip(weight) {
+                *o = v * scale * w;
+            }
+        }
+    }
+    let rest = outs.into_remainder().chunks_exact_mut(dim);
+    for (o, xr) in rest.zip(xs.remainder().chunks_exact(dim)) {
+        rmsnorm(o, xr, weight, eps);
+    }
+}
+
 /// [`rmsnorm`] in place.
 pub fn rmsnorm_inplace(x: &mut [f32], weight: &[f32], eps: f32) {
     assert_eq!(
@@ -220,6 +255,28 @@ mod tests {
 
     fn close(a: f32, b: f32, tol: f32) -> bool {
         (a - b).abs() <= tol * (1.0 + b.abs())
+    }
+
+    /// Rows side by side give each row's [`rmsnorm`] bits, for every
+    /// count of rows around the groups of four.
+    #[test]
+    fn rmsnorm_rows_equals_rmsnorm() {
+        for (rows, dim) in [(1, 5), (3, 64), (4, 576), (7, 33), (9, 1)] {
+            let x = random(rows * dim, rows as u64);
+            let w = random(dim, 99);
+            let mut got = vec![f32::NAN; rows * dim];
+            rmsnorm_rows(&mut got, &x, &w, 1e-5);
+            for r in 0..rows {
+                let mut want = vec![0.0; dim];
+                rmsnorm(&mut want, &x[r * dim..][..dim], &w, 1e-5);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&got[r * dim..][..dim]),
+                    bits(&want),
+                    "{rows} x {dim}, row {r}"
+                );
+            }
+        }
     }
 
     /// The table equals the direct formula on every f16 input in range.

@@ -218,9 +218,7 @@ impl<'m> State<'m> {
         let (n, dim, hd, half) = (batch.n, cfg.dim, cfg.head_dim, cfg.rope.n_rot / 2);
         let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
         let xb = &mut self.xb[..n * dim];
-        for (o, xt) in xb.chunks_exact_mut(dim).zip(self.x.chunks_exact(dim)) {
-            ops::rmsnorm(o, xt, &l.attn_norm, cfg.norm_eps);
-        }
+        norm_rows(pool, xb, &self.x[..n * dim], &l.attn_norm, cfg.norm_eps);
         let q = &mut self.q[..n * q_dim];
         let k = &mut self.k[..n * kv_dim];
         let v = &mut self.v[..n * kv_dim];
@@ -543,9 +541,7 @@ impl<'m> State<'m> {
         let (cfg, l) = (self.cfg, &self.w.layers[li]);
         let dim = cfg.dim;
         let (x, xb) = (&mut self.x[..n * dim], &mut self.xb[..n * dim]);
-        for (o, xt) in xb.chunks_exact_mut(dim).zip(x.chunks_exact(dim)) {
-            ops::rmsnorm(o, xt, &l.ffn_norm, cfg.norm_eps);
-        }
+        norm_rows(pool, xb, x, &l.ffn_norm, cfg.norm_eps);
         let proj = &mut self.proj[..n * dim];
         match &l.ffn {
             Ffn::Dense { gate, up, down } => {
@@ -665,6 +661,27 @@ impl Pass for State<'_> {
             let (from, to) = crate::pass::two_mut(&mut self.caches, src, dst);
             from.copy_positions(to, positions);
         }
+    }
+}
+
+/// Rows from which [`norm_rows`] splits them over the pool (a prompt's
+/// batch).
+const PARALLEL_NORM_FROM: usize = 8;
+
+/// `out = rmsnorm(x)` row by row, each row as [`ops::rmsnorm`] computes
+/// it; the rows of a batch split over the pool (a serial step between
+/// two matrix products kept the other thread waiting).
+fn norm_rows(pool: &ThreadPool, out: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
+    let dim = w.len();
+    let rows = |start: usize, out: &mut [f32], _thread: usize| {
+        ops::rmsnorm_rows(out, &x[start..start + out.len()], w, eps);
+    };
+    let n = out.len() / dim;
+    if pool.n_threads() > 1 && n >= PARALLEL_NORM_FROM {
+        let per_chunk = n.div_ceil(2 * pool.n_threads()).next_multiple_of(4);
+        pool.for_each_chunk_mut(out, per_chunk * dim, rows);
+    } else {
+        rows(0, out, 0);
     }
 }
 

@@ -229,45 +229,62 @@ pub(crate) fn dpbusd_offset_256(xu: __m256i, c: __m256i, y: __m256i) -> __m256i 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn quantize_row_activation_avx2(x: &[f32], y: &mut [BlockQ8_0]) {
     assert_eq!(x.len(), y.len() * 32);
-    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
     for (xb, yb) in x.chunks_exact(32).zip(y.iter_mut()) {
-        // No closures here: they would not inline into this function.
-        // SAFETY: xb holds 32 floats; unaligned loads of 8 at 0, 8, 16, 24.
-        let v = unsafe {
-            let p = xb.as_ptr();
-            [
-                _mm256_loadu_ps(p),
-                _mm256_loadu_ps(p.add(8)),
-                _mm256_loadu_ps(p.add(16)),
-                _mm256_loadu_ps(p.add(24)),
-            ]
-        };
-        let a = _mm256_max_ps(
-            _mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
-            _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)),
-        );
-        let m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        let (amax, q) = quantize_block_avx2(xb.try_into().unwrap());
         yb.d = f16::from_f32(amax / 127.0);
-        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
-        let mut q = [_mm256_setzero_si256(); 4];
-        for k in 0..4 {
-            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                _mm256_mul_ps(v[k], id),
-            );
-            q[k] = _mm256_cvtps_epi32(r);
-        }
-        // packs work within 128-bit lanes: bytes come out as dword groups
-        // 0 2 4 6 1 3 5 7 of the 8 groups of 4; the permute restores order.
-        let b = _mm256_packs_epi16(
-            _mm256_packs_epi32(q[0], q[1]),
-            _mm256_packs_epi32(q[2], q[3]),
-        );
-        let b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         // SAFETY: yb.qs is 32 bytes; unaligned store.
-        unsafe { _mm256_storeu_si256(yb.qs.as_mut_ptr().cast(), b) };
+        unsafe { _mm256_storeu_si256(yb.qs.as_mut_ptr().cast(), pack_quants_avx2(q)) };
     }
+}
+
+/// One block of the activation quantizer: its largest magnitude and its
+/// 32 quants, `round_half_even(x · 127 / amax)`, as four vectors of i32
+/// (in [-127, 127]). Shared by [`quantize_row_activation_avx2`] and the
+/// row tiles' fused preparation, so both give the same bits.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn quantize_block_avx2(xb: &[f32; 32]) -> (f32, [__m256i; 4]) {
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    // No closures here: they would not inline into this function.
+    // SAFETY: xb holds 32 floats; unaligned loads of 8 at 0, 8, 16, 24.
+    let v = unsafe {
+        let p = xb.as_ptr();
+        [
+            _mm256_loadu_ps(p),
+            _mm256_loadu_ps(p.add(8)),
+            _mm256_loadu_ps(p.add(16)),
+            _mm256_loadu_ps(p.add(24)),
+        ]
+    };
+    let a = _mm256_max_ps(
+        _mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
+        _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)),
+    );
+    let m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+    let mut q = [_mm256_setzero_si256(); 4];
+    for k in 0..4 {
+        let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(v[k], id),
+        );
+        q[k] = _mm256_cvtps_epi32(r);
+    }
+    (amax, q)
+}
+
+/// The 32 quants of [`quantize_block_avx2`] as bytes, in order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn pack_quants_avx2(q: [__m256i; 4]) -> __m256i {
+    // packs work within 128-bit lanes: bytes come out as dword groups
+    // 0 2 4 6 1 3 5 7 of the 8 groups of 4; the permute restores order.
+    let b = _mm256_packs_epi16(
+        _mm256_packs_epi32(q[0], q[1]),
+        _mm256_packs_epi32(q[2], q[3]),
+    );
+    _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
 }
 
 // --- Q8_0 · Q8_0 -------------------------------------------------------------

@@ -5,6 +5,7 @@
 
 use super::{check_acts, offsets, TileBlock, PREPARED_BLOCK, TILE_ROWS};
 use crate::quant::multi::Quants;
+use crate::quant::q8_0::x86::{pack_quants_avx2, quantize_block_avx2};
 use crate::quant::q8_0::QK8_0;
 use core::arch::x86_64::*;
 
@@ -351,9 +352,9 @@ unsafe fn half_group<B: TileBlock, const N: usize>(
 }
 
 /// [`super::prepare`] on AVX2 in one pass: ggml-cpu's run-time Q8_0
-/// quantizer (the arithmetic of `q8_0::x86::quantize_row_activation_avx2`,
-/// so the same bits) writing each prepared block whole, its Σy from the
-/// same registers.
+/// quantizer (`q8_0::x86::quantize_block_avx2`, which the row quantizer
+/// runs too, so the same bits) writing each prepared block whole, its Σy
+/// from the same registers.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
@@ -364,48 +365,18 @@ pub unsafe fn prepare_avx2(x: &[f32], dst: &mut [u8]) {
         x.len() == nb * QK8_0 && dst.len() == super::prepared_bytes(x.len()),
         "tiles: wrong activation buffer"
     );
-    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
     for (xb, out) in x
         .chunks_exact(QK8_0)
         .zip(dst.chunks_exact_mut(PREPARED_BLOCK))
     {
-        // SAFETY: xb holds 32 floats; unaligned loads of 8 at 0, 8, 16, 24.
-        let v = unsafe {
-            let p = xb.as_ptr();
-            [
-                _mm256_loadu_ps(p),
-                _mm256_loadu_ps(p.add(8)),
-                _mm256_loadu_ps(p.add(16)),
-                _mm256_loadu_ps(p.add(24)),
-            ]
-        };
-        let a = _mm256_max_ps(
-            _mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
-            _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)),
-        );
-        let m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        let (amax, q) = quantize_block_avx2(xb.try_into().unwrap());
         let d = half::f16::from_f32(amax / 127.0).to_f32();
-        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
-        let mut q = [_mm256_setzero_si256(); 4];
-        for k in 0..4 {
-            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                _mm256_mul_ps(v[k], id),
-            );
-            q[k] = _mm256_cvtps_epi32(r);
-        }
         // Σy of the 32 quants (each in [-127, 127]).
         let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
         let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
         let sum = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01)));
-        // packs work within 128-bit lanes: the permute restores the order.
-        let p = _mm256_packs_epi16(
-            _mm256_packs_epi32(q[0], q[1]),
-            _mm256_packs_epi32(q[2], q[3]),
-        );
-        let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        let p = pack_quants_avx2(q);
         // SAFETY: `out` is one prepared block of 48 bytes, the quants first.
         unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), p) };
         out[32..36].copy_from_slice(&sum.to_le_bytes());

@@ -879,6 +879,31 @@ fn matvec_rows_pairs_vnni(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, ys: &
         return each_pair(matvec_rows_vnni, m, xs, row0, ys);
     };
     let n = check_pairs(m, xs, row0, ys);
+    if let ([hi, lo], [y]) = (xs, &mut *ys) {
+        fn act(x: &I8Vector) -> x86::PackedAct<'_> {
+            x86::PackedAct {
+                q: x.q_padded(),
+                sum: x.sum,
+                scale: x.scale,
+            }
+        }
+        // SAFETY: as in `vnni_packed_multi` for one pair: the packed blocks
+        // cover the `n` rows from `row0` that `check_pairs` checked, both
+        // halves are zero-padded to whole 64-byte lines, and `y` holds `n`
+        // floats.
+        return unsafe {
+            x86::rows_vnni_packed_pair(
+                bytemuck::cast_slice(p),
+                m.cols,
+                m.scales,
+                act(hi),
+                act(lo),
+                row0,
+                n,
+                y,
+            )
+        };
+    }
     vnni_packed_multi(p, m, xs, row0, n, ys, true);
 }
 

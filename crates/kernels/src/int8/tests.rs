@@ -597,7 +597,7 @@ fn pair_sums(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, n: usize) -> Vec<f
 #[test]
 fn pairs_kernels_equal_added_single_runs_bit_for_bit() {
     for (ci, &cols) in [1, 7, 33, 64, 145, 396, 1031].iter().enumerate() {
-        for (ri, &rows) in [1, 5, 16, 17, 70, 130].iter().enumerate() {
+        for (ri, &rows) in [1, 5, 16, 17, 70, 130, 257].iter().enumerate() {
             let case = Case::random(rows, cols, (ci * 100 + ri) as u64 + 9000);
             for k in [1, 2, 3, 4, 8] {
                 let acts = pairs_of(cols, k, (ci * 1000 + ri * 10 + k) as u64);

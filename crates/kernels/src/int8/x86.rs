@@ -914,3 +914,150 @@ pub(super) unsafe fn rows_vnni_packed_multi(
         b += nb;
     }
 }
+
+/// Row blocks per group of [`rows_vnni_packed_pair`]: 8 blocks × the two
+/// halves = 16 accumulators, plus two broadcasts and a weight, fit the 32
+/// zmm registers.
+const PAIR_GROUP: usize = 8;
+
+/// Σ over all column groups of `NB` consecutive packed blocks (from `p`,
+/// `bb` bytes each) against both halves of a pair: one weight load feeds
+/// two `vpdpbusd`. Integer sums, so they equal [`dot_blocks`]' per half.
+///
+/// # Safety
+/// The CPU must support the AVX-512 set with VNNI; `p` points at `NB·bb`
+/// readable bytes, `bb = groups·64`; `hi` and `lo` at `groups·4` bytes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
+unsafe fn dot_blocks_pair<const NB: usize>(
+    p: *const u8,
+    bb: usize,
+    hi: *const i8,
+    lo: *const i8,
+    groups: usize,
+) -> ([__m512i; NB], [__m512i; NB]) {
+    let (mut ah, mut al) = ([_mm512_setzero_si512(); NB], [_mm512_setzero_si512(); NB]);
+    for g in 0..groups {
+        // SAFETY: 4 bytes at 4g < groups·4 of each half; 64 bytes at
+        // j·bb + g·64 < NB·bb.
+        unsafe {
+            let xh = _mm512_set1_epi32(hi.add(4 * g).cast::<i32>().read_unaligned());
+            let xl = _mm512_set1_epi32(lo.add(4 * g).cast::<i32>().read_unaligned());
+            for j in 0..NB {
+                let wv = _mm512_loadu_si512(p.add(j * bb + g * 64).cast());
+                ah[j] = _mm512_dpbusd_epi32(ah[j], wv, xh);
+                al[j] = _mm512_dpbusd_epi32(al[j], wv, xl);
+            }
+        }
+    }
+    (ah, al)
+}
+
+/// [`rows_vnni_packed_multi`] with `pairs` for exactly one pair (`hi`,
+/// `lo`), the case of every decoded token: blocks in groups of up to
+/// [`PAIR_GROUP`], the scale products hoisted out of the loop over
+/// blocks, and a block's 16 outputs stored with one (masked) store. Each
+/// output is computed as `rows_vnni_packed_multi` computes it: the same
+/// integer sums, the same float products in the same order.
+///
+/// # Safety
+/// As [`rows_vnni_packed`] for the `n` rows from `row0` and both halves;
+/// `y` holds at least `n` floats.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn rows_vnni_packed_pair(
+    packed: &[u8],
+    cols: usize,
+    scales: &[f32],
+    hi: PackedAct<'_>,
+    lo: PackedAct<'_>,
+    row0: usize,
+    n: usize,
+    y: &mut [f32],
+) {
+    if n == 0 {
+        return;
+    }
+    assert!(y.len() >= n);
+    let groups = cols.div_ceil(4);
+    let bb = groups * 64;
+    debug_assert!(hi.q.len() >= groups * 4 && lo.q.len() >= groups * 4);
+    debug_assert!(packed.len() >= (row0 + n).div_ceil(16) * bb);
+    debug_assert!(scales.len() >= row0 + n);
+    let (corr_h, corr_l) = (
+        _mm512_set1_epi32(hi.sum.wrapping_mul(128)),
+        _mm512_set1_epi32(lo.sum.wrapping_mul(128)),
+    );
+    let (sx_h, sx_l) = (_mm512_set1_ps(hi.scale), _mm512_set1_ps(lo.scale));
+    let (first, end) = (row0 / 16, (row0 + n).div_ceil(16)); // blocks
+    let n_groups = (end - first).div_ceil(PAIR_GROUP);
+    let mut b = first;
+    for gi in 0..n_groups {
+        // Groups as even as possible (a lone last block would run two
+        // dependent chains).
+        let nb = (end - b).div_ceil(n_groups - gi);
+        // SAFETY: blocks b..b+nb are inside `packed` (b + nb <= end), each
+        // `bb` bytes; both halves hold at least groups·4 bytes.
+        let (ah, al): ([__m512i; PAIR_GROUP], [__m512i; PAIR_GROUP]) = unsafe {
+            let (p, h, l) = (packed.as_ptr().add(b * bb), hi.q.as_ptr(), lo.q.as_ptr());
+            macro_rules! run {
+                ($nb:literal) => {{
+                    let (u, v) = dot_blocks_pair::<$nb>(p, bb, h, l, groups);
+                    let z = _mm512_setzero_si512();
+                    (
+                        std::array::from_fn(|j| if j < $nb { u[j] } else { z }),
+                        std::array::from_fn(|j| if j < $nb { v[j] } else { z }),
+                    )
+                }};
+            }
+            match nb {
+                1 => run!(1),
+                2 => run!(2),
+                3 => run!(3),
+                4 => run!(4),
+                5 => run!(5),
+                6 => run!(6),
+                7 => run!(7),
+                _ => run!(8),
+            }
+        };
+        for j in 0..nb {
+            // Rows r0..r0+16 of this block; those in row0..row0+n are kept.
+            let r0 = 16 * (b + j);
+            let (lo_r, hi_r) = (r0.max(row0), (r0 + 16).min(row0 + n));
+            let finish = |sc: __m512| {
+                let s_h = _mm512_cvtepi32_ps(_mm512_sub_epi32(ah[j], corr_h));
+                let s_l = _mm512_cvtepi32_ps(_mm512_sub_epi32(al[j], corr_l));
+                _mm512_add_ps(
+                    _mm512_mul_ps(s_h, _mm512_mul_ps(sc, sx_h)),
+                    _mm512_mul_ps(s_l, _mm512_mul_ps(sc, sx_l)),
+                )
+            };
+            if lo_r == r0 {
+                // Lanes 0..hi_r - r0: rows r0.. of `scales` and outputs
+                // r0 - row0.. of `y`, both in bounds from their first lane.
+                let m: __mmask16 = if hi_r - r0 == 16 {
+                    !0
+                } else {
+                    (1u16 << (hi_r - r0)) - 1
+                };
+                // SAFETY: the unmasked lanes are rows r0..hi_r < row0 + n,
+                // inside `scales`, and outputs r0 - row0..hi_r - row0 < n,
+                // inside `y`; masked lanes are neither read nor written.
+                unsafe {
+                    let sc = _mm512_maskz_loadu_ps(m, scales.as_ptr().add(r0));
+                    _mm512_mask_storeu_ps(y.as_mut_ptr().add(r0 - row0), m, finish(sc));
+                }
+            } else {
+                // The first block of a range starting inside it.
+                let mut sc = [0.0f32; 16];
+                sc[lo_r - r0..hi_r - r0].copy_from_slice(&scales[lo_r..hi_r]);
+                let mut t = [0.0f32; 16];
+                // SAFETY: both arrays hold 16 floats.
+                unsafe { _mm512_storeu_ps(t.as_mut_ptr(), finish(_mm512_loadu_ps(sc.as_ptr()))) };
+                y[lo_r - row0..hi_r - row0].copy_from_slice(&t[lo_r - r0..hi_r - r0]);
+            }
+        }
+        b += nb;
+    }
+}

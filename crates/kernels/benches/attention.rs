@@ -23,10 +23,11 @@ use std::hint::black_box;
 use std::time::Duration;
 
 /// (name, query heads per kv head, head dim).
-const GROUPS: [(&str, usize, usize); 3] = [
+const GROUPS: [(&str, usize, usize); 4] = [
     ("smollm2", 3, 64),
     ("qwen2.5-0.5b", 7, 64),
     ("cachefit", 8, 32),
+    ("cachefit-int8", 8, 18),
 ];
 const POSITIONS: [usize; 2] = [1024, 4096];
 const COLD_BYTES: usize = 96 << 20;

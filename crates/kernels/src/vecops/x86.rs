@@ -16,18 +16,16 @@ fn exp16(x: __m512) -> __m512 {
     let x = _mm512_min_ps(x, _mm512_set1_ps(EXP_HI));
     let x = _mm512_max_ps(x, _mm512_set1_ps(EXP_LO));
     let shift = _mm512_set1_ps(SHIFT);
-    let t = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)), shift);
+    let t = _mm512_fmadd_ps(x, _mm512_set1_ps(LOG2E), shift);
     let n = _mm512_sub_ps(t, shift);
-    let r = _mm512_sub_ps(
-        _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(LN2_HI))),
-        _mm512_mul_ps(n, _mm512_set1_ps(LN2_LO)),
-    );
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
     let mut p = _mm512_set1_ps(EXP_POLY[0]);
     for &c in &EXP_POLY[1..] {
-        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(c));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
     }
     let y = _mm512_add_ps(
-        _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), r),
+        _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
         _mm512_set1_ps(1.0),
     );
     let n_int = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(SHIFT_BITS));

@@ -355,6 +355,15 @@ impl I8Vector {
     fn q_padded(&self) -> &[i8] {
         bytemuck::cast_slice(self.region(0))
     }
+    /// What the packed AVX-512 kernels read of it.
+    #[cfg(target_arch = "x86_64")]
+    fn packed_act(&self) -> x86::PackedAct<'_> {
+        x86::PackedAct {
+            q: self.q_padded(),
+            sum: self.sum,
+            scale: self.scale,
+        }
+    }
     /// `q + 128` as u8, padded to whole cache lines.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn offset(&self) -> &[u8] {
@@ -880,13 +889,6 @@ fn matvec_rows_pairs_vnni(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, ys: &
     };
     let n = check_pairs(m, xs, row0, ys);
     if let ([hi, lo], [y]) = (xs, &mut *ys) {
-        fn act(x: &I8Vector) -> x86::PackedAct<'_> {
-            x86::PackedAct {
-                q: x.q_padded(),
-                sum: x.sum,
-                scale: x.scale,
-            }
-        }
         // SAFETY: as in `vnni_packed_multi` for one pair: the packed blocks
         // cover the `n` rows from `row0` that `check_pairs` checked, both
         // halves are zero-padded to whole 64-byte lines, and `y` holds `n`
@@ -896,8 +898,8 @@ fn matvec_rows_pairs_vnni(m: &I8Matrix<'_>, xs: &[&I8Vector], row0: usize, ys: &
                 bytemuck::cast_slice(p),
                 m.cols,
                 m.scales,
-                act(hi),
-                act(lo),
+                hi.packed_act(),
+                lo.packed_act(),
                 row0,
                 n,
                 y,
@@ -930,11 +932,7 @@ fn vnni_packed_multi(
         .zip(ys.chunks_mut(x86::MULTI_ACTS / per_out))
     {
         for (a, x) in acts.iter_mut().zip(xc) {
-            *a = x86::PackedAct {
-                q: x.q_padded(),
-                sum: x.sum,
-                scale: x.scale,
-            };
+            *a = x.packed_act();
         }
         // SAFETY: as in `matvec_rows_vnni` for each activation: the packed
         // blocks cover the `n` rows from `row0` that the caller checked,

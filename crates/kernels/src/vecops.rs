@@ -48,9 +48,8 @@ const SHIFT_BITS: i32 = 0x4B40_0000;
 
 /// `e^x` by range reduction to `x = n·ln2 + r`, `|r| ≤ ln2/2`, and a
 /// degree-6 polynomial (Cephes `expf`), each step one fused multiply-add.
-/// Inputs are clamped to
-/// `[-87.3, 88.3]`, so the result is always finite and positive (at least
-/// ~1e-38); NaN gives an unspecified finite value.
+/// Inputs are clamped to `[-87.3, 88.3]`, so the result is always finite
+/// and positive (at least ~1e-38); NaN gives an unspecified finite value.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     let x = if x > EXP_HI { EXP_HI } else { x };

@@ -1,7 +1,8 @@
 //! Matvec throughput per computable type at SmolLM2-135M's shapes, with 1
 //! and 2 threads, in GB/s of weight bytes streamed; next to each shape, the
 //! read bandwidth of a buffer of the same size (`read/…`), and the cost of
-//! an empty pool run (`pool/…`).
+//! an empty pool run (`pool/…`). Types with row tiles run a second time
+//! repacked (`Q4_1_tiles/…`), as the models' decode runs them.
 //!
 //! ```text
 //! cargo bench -p cachefit-kernels --bench matvec                 # everything
@@ -79,6 +80,20 @@ fn bench_matvec(c: &mut Criterion) {
                 });
             }
             // The same number of bytes, just read (once per distinct size).
+            // As the models run it: repacked into row tiles (decode's
+            // one-activation tile pass), where the type has them.
+            if let Some(tb) = m.tiles_bytes() {
+                let mut tbuf = vec![0u64; tb.div_ceil(8)];
+                let tiles: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut tbuf)[..tb];
+                m.pack_tiles(tiles).unwrap();
+                let tm = m.with_tiles(&bytemuck::cast_slice(&tbuf)[..tb]).unwrap();
+                for pool in &pools {
+                    g.bench_function(
+                        BenchmarkId::new(format!("{}_tiles", ty.name()), pool.n_threads()),
+                        |b| b.iter(|| matvec(pool, &tm, black_box(&x), &mut y, &mut scratch)),
+                    );
+                }
+            }
             if !read_sizes.insert(n) {
                 continue;
             }

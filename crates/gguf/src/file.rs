@@ -169,10 +169,38 @@ pub struct GgufFile {
     /// The first file's header, with every shard's tensors (each knowing
     /// its [`TensorInfo::shard`]).
     header: Header,
-    /// Buffers derived from the tensors ([`GgufFile::keep_derived`]): only
-    /// ever pushed, freed with the file.
-    derived: Mutex<Vec<memmap2::Mmap>>,
+    /// Buffers derived from the tensors ([`GgufFile::keep_derived`]),
+    /// carved from arenas that are only ever pushed and freed with the
+    /// file.
+    derived: Mutex<Vec<Arena>>,
 }
+
+/// Smallest arena [`GgufFile::keep_derived`] carves buffers from.
+const ARENA_BYTES: usize = 32 << 20;
+
+/// A transparent huge page on x86-64 (and the 4 KiB-page arm64 kernels).
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Anonymous memory that derived buffers are carved from, in order. It
+/// starts on a huge-page boundary with huge pages advised: a model's
+/// repacked matrices are a few hundred KiB each, and a map of its own per
+/// matrix never held a whole huge page, so decode took a TLB miss every
+/// 4 KiB of weights. Pages past `used` stay untouched (not resident).
+struct Arena {
+    /// Owns the mapping. Never dereferenced after `base` was taken from
+    /// it: every access goes through ranges of `base` handed out once.
+    _map: memmap2::MmapMut,
+    base: *mut u8,
+    len: usize,
+    /// Bytes handed out from `base` (page-rounded); only grows.
+    used: usize,
+}
+
+// SAFETY: an `Arena` is a mapping and the bookkeeping of which of its
+// ranges were handed out; the pointer is not tied to a thread (the map it
+// points into is `Send`), and it is only read or advanced under the
+// file's `derived` lock.
+unsafe impl Send for Arena {}
 
 /// Open and parse one file, with every check a single file gets.
 fn open_shard(path: &Path, opts: OpenOptions) -> Result<(Shard, Header)> {
@@ -492,22 +520,51 @@ impl GgufFile {
     /// A buffer of `len` bytes (page-aligned, zeroed, then written by
     /// `fill`) that lives as long as the file: for data derived from its
     /// tensors, such as weights repacked at load.
+    ///
+    /// Buffers are carved in order from arenas of 32 MiB or more that start
+    /// on huge-page boundaries (see [`Arena`]), so consecutive buffers (a
+    /// model's matrices, in the order it reads them) are consecutive in
+    /// memory.
     pub fn keep_derived(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<&[u8]> {
-        let mut anon = memmap2::MmapMut::map_anon(len.max(1)).map_err(|e| self.err(e.into()))?;
-        advise_huge_pages(&anon);
-        fill(&mut anon[..len]);
-        let map = anon.make_read_only().map_err(|e| self.err(e.into()))?;
-        let ptr = map.as_ptr();
-        self.derived
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(map);
-        // SAFETY: the map just pushed is read-only and stays mapped until
-        // `self` is dropped (entries are never removed; moving the `Mmap`
-        // handle as the Vec grows does not move the mapping), so the
-        // `len` bytes at `ptr` are valid and unchanging for `&self`'s
-        // lifetime.
-        Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+        let start = {
+            let mut arenas = self.derived.lock().unwrap_or_else(|e| e.into_inner());
+            let need = len.max(1).next_multiple_of(page_size());
+            let i = match arenas.iter().position(|a| a.len - a.used >= need) {
+                Some(i) => i,
+                None => {
+                    let size = need.next_multiple_of(HUGE_PAGE).max(ARENA_BYTES);
+                    let mut map = memmap2::MmapMut::map_anon(size + HUGE_PAGE)
+                        .map_err(|e| self.err(e.into()))?;
+                    advise_huge_pages(&map);
+                    let raw = map.as_mut_ptr();
+                    let pad = raw.align_offset(HUGE_PAGE).min(HUGE_PAGE);
+                    arenas.push(Arena {
+                        // SAFETY: `pad <= HUGE_PAGE`, and the map holds
+                        // `size + HUGE_PAGE` bytes.
+                        base: unsafe { raw.add(pad) },
+                        _map: map,
+                        len: size,
+                        used: 0,
+                    });
+                    arenas.len() - 1
+                }
+            };
+            let a = &mut arenas[i];
+            let start = a.base.wrapping_add(a.used);
+            a.used += need;
+            start
+        };
+        // SAFETY: `start..start + len` lies inside one arena's map (the
+        // arena had `need >= len` bytes free past `used`), which stays
+        // mapped until `self` is dropped (arenas are never removed; moving
+        // an `Arena` as the Vec grows does not move its mapping). No other
+        // slice covers it: `used` moved past it under the lock, so this
+        // range is handed out exactly once, and the map itself is never
+        // dereferenced. Fresh anonymous memory reads as zeros.
+        let buf = unsafe { std::slice::from_raw_parts_mut(start, len) };
+        fill(buf);
+        // From here on the range is only read, for `&self`'s lifetime.
+        Ok(buf)
     }
 
     /// Tell the OS that `bytes` (a part of one of this model's file maps,

@@ -223,5 +223,25 @@ fn derived_buffers_and_released_tensors() {
             assert_eq!(b.len(), 5000 + k);
             assert!(b.iter().all(|&v| v == k as u8));
         }
+        // Carved in order from one arena on a huge-page boundary, each
+        // buffer on a page of its own (8 KiB: two 4 KiB pages, or one
+        // larger page).
+        assert_eq!(bufs[0].as_ptr() as usize % (2 << 20), 0, "mmap {mmap}");
+        for w in bufs.windows(2) {
+            let (a, b) = (w[0].as_ptr() as usize, w[1].as_ptr() as usize);
+            assert_eq!(b - a, w[0].len().next_multiple_of(b - a), "mmap {mmap}");
+            assert!(b - a >= 4096 && (b - a).is_power_of_two(), "mmap {mmap}");
+        }
+        // Larger than an arena: one of its own; the first arena's room is
+        // still used after it.
+        let big = f.keep_derived(40 << 20, |b| b[(40 << 20) - 1] = 9).unwrap();
+        assert_eq!((big.len(), big[0], big[(40 << 20) - 1]), (40 << 20, 0, 9));
+        let after = f.keep_derived(10, |b| b.fill(3)).unwrap();
+        let last = bufs[19].as_ptr() as usize + bufs[19].len();
+        assert_eq!(after, &[3; 10]);
+        assert!(after.as_ptr() as usize >= last && (after.as_ptr() as usize) < last + 65536);
+        for (k, b) in bufs.iter().enumerate() {
+            assert!(b.iter().all(|&v| v == k as u8), "mmap {mmap}");
+        }
     }
 }

@@ -11,6 +11,7 @@
 //! because on a shared machine the noise only ever makes passes slower.
 
 use crate::isa::PerIsa;
+use crate::pages::HugeBuf;
 use crate::pool::ThreadPool;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -40,13 +41,19 @@ pub fn copy_bandwidth(pool: &ThreadPool, bytes: usize, min_time: Duration) -> f6
     measure_copy(pool, bytes, min_time).best_gbps
 }
 
-/// A buffer of `bytes` bytes (rounded up to whole words) to read from.
+/// A buffer of `bytes` bytes (rounded up to whole words) to read from, in
+/// huge pages where the OS gives them ([`HugeBuf`]): the probes measure
+/// what the memory delivers, not the TLB, as the models' weights are held.
 /// Filled with non-zero data: a zeroed allocation may map every page to the
 /// kernel's single zero page, which would make any size look cache-resident.
-pub fn read_buffer(bytes: usize) -> Vec<u64> {
-    (0..bytes.div_ceil(8) as u64)
-        .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-        .collect()
+/// Panics if the OS refuses the map.
+pub fn read_buffer(bytes: usize) -> HugeBuf<u64> {
+    let mut buf = HugeBuf::zeroed(bytes.div_ceil(8))
+        .unwrap_or_else(|e| panic!("cannot map a {bytes}-byte probe buffer: {e}"));
+    for (i, w) in buf.iter_mut().enumerate() {
+        *w = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    }
+    buf
 }
 
 /// One read of all of `buf`, split over `pool` (`static_range` per thread);
@@ -108,7 +115,9 @@ pub fn measure_read(pool: &ThreadPool, bytes: usize, min_time: Duration) -> Band
 /// [`copy_bandwidth`] with the median and pass count.
 pub fn measure_copy(pool: &ThreadPool, bytes: usize, min_time: Duration) -> Bandwidth {
     let src = read_buffer(bytes);
-    let mut dst = vec![0u64; src.len()];
+    // The destination in huge pages too (written once here, so that every
+    // page exists before the timing).
+    let mut dst = read_buffer(bytes);
     let reps = reps_for(bytes);
     let chunk = src.len().div_ceil(pool.n_threads()).max(1);
     time_passes(src.len() * 16 * reps, min_time, || {
@@ -209,6 +218,6 @@ mod tests {
         pool.for_each_chunk_mut(&mut dst, src.len().div_ceil(3), |start, d, _| {
             d.copy_from_slice(&src[start..start + d.len()]);
         });
-        assert_eq!(dst, src);
+        assert_eq!(dst, *src);
     }
 }

@@ -32,6 +32,7 @@ pub mod isa;
 pub mod matmul;
 pub mod matrix;
 pub mod ops;
+pub mod pages;
 pub mod pool;
 pub mod quant;
 pub mod ternary;

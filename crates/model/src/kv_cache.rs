@@ -20,6 +20,7 @@ use crate::Error;
 use bytemuck::{Pod, Zeroable};
 use gguf::GgmlType;
 use half::f16;
+use kernels::pages::HugeBuf;
 use kernels::quant::f16::f32_to_f16_row;
 use kernels::traits::traits;
 use kernels::vecops::{key_index, KEY_BLOCK};
@@ -119,8 +120,10 @@ pub struct KvCache {
     n_kv_heads: usize,
     head_dim: usize,
     head_bytes: usize,
-    keys: Vec<Word>,
-    values: Vec<Word>,
+    /// In huge pages from 4 MiB: decode at depth reads all of them every
+    /// token.
+    keys: HugeBuf<Word>,
+    values: HugeBuf<Word>,
 }
 
 /// Positions a cache of `n_ctx` holds (see [`KvCache`]'s `stride`).
@@ -148,6 +151,12 @@ impl KvCache {
         })?;
         let bytes = Self::bytes_for(ty, n_layers, n_ctx, n_kv_heads, head_dim).unwrap_or(0) / 2;
         let words = (bytes as usize).div_ceil(8);
+        let map = || {
+            HugeBuf::zeroed(words).map_err(|e| Error::BadValue {
+                key: "context".into(),
+                problem: format!("cannot map the KV cache ({bytes} bytes of keys): {e}"),
+            })
+        };
         Ok(KvCache {
             ty,
             codec: Codec::for_type(ty),
@@ -157,8 +166,8 @@ impl KvCache {
             n_kv_heads,
             head_dim,
             head_bytes,
-            keys: vec![Word::zeroed(); words],
-            values: vec![Word::zeroed(); words],
+            keys: map()?,
+            values: map()?,
         })
     }
 

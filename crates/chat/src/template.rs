@@ -22,6 +22,52 @@ const NAME: &str = "chat_template";
 /// worker. Untouched stack pages cost no memory.
 const RENDER_STACK_BYTES: usize = 256 << 20;
 
+/// Most bytes a render may write: this floor plus [`RENDER_PER_INPUT`]
+/// times the conversation's own bytes. Fuel bounds a template's steps, not
+/// what each step writes: a loop of 52,700 steps that each print a 1 KiB
+/// message wrote 63 MB, and tokenizing that took minutes (found by the
+/// `chat_template` fuzz target).
+const RENDER_FLOOR_BYTES: usize = 1 << 20;
+
+/// See [`RENDER_FLOOR_BYTES`]. Real templates write each message once.
+const RENDER_PER_INPUT: usize = 4;
+
+/// The render's output, refusing to grow past `limit` bytes.
+struct CappedOutput {
+    out: Vec<u8>,
+    limit: usize,
+    exceeded: bool,
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.out.len() + buf.len() > self.limit {
+            self.exceeded = true;
+            return Err(std::io::Error::other("the rendered prompt is too long"));
+        }
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Bytes of the conversation a render starts from (for its output limit).
+fn input_bytes(messages: &[Message], extra: &serde_json::Map<String, serde_json::Value>) -> usize {
+    let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    let messages: usize = (messages.iter())
+        .map(|m| {
+            let calls: usize = (m.tool_calls.iter())
+                .map(|c| c.name.len() + text(&c.id) + c.arguments.to_string().len())
+                .sum();
+            m.role.len() + text(&m.content) + text(&m.tool_call_id) + text(&m.name) + calls
+        })
+        .sum();
+    messages + serde_json::Value::Object(extra.clone()).to_string().len()
+}
+
 pub struct ChatTemplate {
     env: Environment<'static>,
     /// The template as given (for llama-server's `/props`).
@@ -221,9 +267,29 @@ impl ChatTemplate {
         .to_value()?;
         // Errors become ours inside the thread: a minijinja error can hold
         // template values, and dropping a deep one needs the big stack.
+        let input = input_bytes(messages, extra);
+        let limit = RENDER_FLOOR_BYTES.saturating_add(input.saturating_mul(RENDER_PER_INPUT));
         let render = || {
             let template = self.env.get_template(NAME).map_err(render_error)?;
-            template.render(context).map_err(render_error)
+            let mut out = CappedOutput {
+                out: Vec::new(),
+                limit,
+                exceeded: false,
+            };
+            let rendered = template.render_captured_to(context, &mut out);
+            if out.exceeded {
+                return Err(Error::Render {
+                    line: None,
+                    detail: format!(
+                        "the rendered prompt passed {limit} bytes ({RENDER_FLOOR_BYTES} plus {RENDER_PER_INPUT}× the conversation's {input}): the template repeats its input"
+                    ),
+                });
+            }
+            drop(rendered.map_err(render_error)?);
+            String::from_utf8(out.out).map_err(|e| Error::Render {
+                line: None,
+                detail: format!("the template wrote invalid UTF-8: {e}"),
+            })
         };
         let rendered = std::thread::scope(|scope| {
             let thread = std::thread::Builder::new()

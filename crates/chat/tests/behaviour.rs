@@ -230,6 +230,28 @@ fn hostile_templates_fail_instead_of_hanging() {
     }
 }
 
+/// Within its fuel, a template that writes a 1 KiB message 52,700 times
+/// (63 MB, which then took minutes to tokenize; found by the fuzz target)
+/// is refused: a render writes at most 1 MiB plus 4× the conversation.
+#[test]
+fn templates_that_repeat_their_input_are_capped() {
+    let source = "{% for i in range(527) %}{% for j in range(100) %}{{ messages[0].content }}{% endfor %}{% endfor %}";
+    let template = ChatTemplate::new(source, None, None).unwrap();
+    let long = "x".repeat(1200);
+    match template.render(&[Message::user(&long)], false) {
+        Err(Error::Render { line: None, detail }) => {
+            assert!(detail.contains("repeats its input"), "{detail}")
+        }
+        other => panic!("{:?}", other.map(|s| s.len())),
+    }
+    // Writing each message once is far inside the cap, however long.
+    let source = "{% for m in messages %}{{ m.content }}{% endfor %}";
+    let once = ChatTemplate::new(source, None, None).unwrap();
+    let big = "y".repeat(3 << 20);
+    let rendered = once.render(&[Message::user(&big)], false).unwrap();
+    assert_eq!(rendered.len(), 3 << 20);
+}
+
 #[test]
 fn reserved_variables_cannot_be_overridden() {
     let template = ChatTemplate::or_fallback(None, None, None).unwrap();

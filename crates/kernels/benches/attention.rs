@@ -4,6 +4,9 @@
 //! dimensions and `n` positions. Throughput in GB/s of keys and values
 //! read (2 · hd · n · 2 bytes per call).
 //!
+//! `smollm2-prompt` is a prompt's call: 8 consecutive tokens' groups
+//! (24 heads) sharing each key and value load.
+//!
 //! - `hot/…`: the same cache every call (it stays in L2: what attention
 //!   costs when the data are near);
 //! - `cold/…`: a different cache each call, cycling through 96 MiB of them
@@ -23,8 +26,10 @@ use std::hint::black_box;
 use std::time::Duration;
 
 /// (name, query heads per kv head, head dim).
-const GROUPS: [(&str, usize, usize); 4] = [
+const GROUPS: [(&str, usize, usize); 5] = [
     ("smollm2", 3, 64),
+    // A prompt's batch: 8 tokens' groups in one call.
+    ("smollm2-prompt", 24, 64),
     ("qwen2.5-0.5b", 7, 64),
     ("cachefit", 8, 32),
     ("cachefit-int8", 8, 18),

@@ -161,12 +161,113 @@ fn run(pool: &ThreadPool, m: &QMatrix<'_>, n: usize, ys: &mut [f32], scratch: &m
     let stride = act_stride(m);
     let MatmulScratch { xq, yt } = scratch;
     let xq: &[u8] = &bytemuck::cast_slice(xq)[..n * stride];
+    if n == 1 {
+        return run_one(pool, &[m], xq, &mut [ys]);
+    }
     let acts = Acts { xq, stride, n };
     match m.product() {
         Product::Tiles { tiles, dot } => run_tiles(pool, m, tiles, dot, acts, ys),
         Product::Multi { dot } => run_multi(pool, m, dot, acts, ys, yt),
         Product::Rows { dot } => run_rows(pool, m, dot, acts, ys, yt),
     }
+}
+
+/// Most matrices [`run_one`] takes in one run (q, k and v are three).
+const MAX_ONE: usize = 4;
+
+/// Weight rows per chunk of `m` for one activation: whole tiles, or
+/// [`CHUNK_BYTES`] of rows.
+fn one_chunk_rows(m: &QMatrix<'_>) -> usize {
+    match m.product() {
+        Product::Tiles { .. } => {
+            let td = tiles::tile_dot(m.ty()).expect("a matrix with tiles has tile kernels");
+            (CHUNK_BYTES / (td.tile_bytes)(m.cols()).max(1)).max(1) * TILE_ROWS
+        }
+        Product::Multi { .. } | Product::Rows { .. } => (CHUNK_BYTES / m.row_bytes().max(1)).max(1),
+    }
+}
+
+/// Rows `r0..r0 + out.len()` of `y = m · x` for the one activation
+/// prepared in `xq` (a chunk of [`one_chunk_rows`], or the last, shorter
+/// one).
+fn one_chunk(m: &QMatrix<'_>, xq: &[u8], r0: usize, out: &mut [f32]) {
+    let (rb, data, stride) = (m.row_bytes(), m.data(), act_stride(m));
+    match m.product() {
+        Product::Tiles { tiles, dot } => {
+            let td = tiles::tile_dot(m.ty()).expect("a matrix with tiles has tile kernels");
+            let (tb, nb) = ((td.tile_bytes)(m.cols()), m.cols() / 32);
+            let mut buf = [0.0f32; TILE_ROWS];
+            for (i, o) in out.chunks_mut(TILE_ROWS).enumerate() {
+                let t = r0 / TILE_ROWS + i;
+                dot(&tiles[t * tb..(t + 1) * tb], nb, xq, stride, 1, &mut buf);
+                if let Ok(o) = <&mut [f32; TILE_ROWS]>::try_from(&mut *o) {
+                    // A whole tile: one fixed-size copy, not a memcpy call.
+                    *o = buf;
+                } else {
+                    o.copy_from_slice(&buf[..o.len()]);
+                }
+            }
+        }
+        Product::Multi { dot } => dot(
+            &data[r0 * rb..(r0 + out.len()) * rb],
+            rb,
+            xq,
+            stride,
+            1,
+            out,
+        ),
+        Product::Rows { dot } => {
+            let qbytes = m.prepared_bytes();
+            for (i, y) in out.iter_mut().enumerate() {
+                *y = dot(&data[(r0 + i) * rb..(r0 + i + 1) * rb], &xq[..qbytes]);
+            }
+        }
+    }
+}
+
+/// `ys[i] = ms[i] · x` for the one activation prepared in `xq` (the same
+/// preparation for every matrix), in one pool run: the matrices' chunks
+/// of rows are numbered one after another and split over the threads as
+/// one run's. A decode step's q, k and v (or gate and up) then wait for
+/// the slowest thread once, not once each: at two threads the end of a
+/// run cost the caller ~1 µs, and a token made 211 of them.
+fn run_one(pool: &ThreadPool, ms: &[&QMatrix<'_>], xq: &[u8], ys: &mut [&mut [f32]]) {
+    assert!(ms.len() == ys.len() && ms.len() <= MAX_ONE);
+    // Matrix i owns chunks first[i]..first[i + 1] of the run.
+    let mut per_chunk = [0usize; MAX_ONE];
+    let mut first = [0usize; MAX_ONE + 1];
+    let mut outs = [(OutRows(std::ptr::null_mut()), 0usize); MAX_ONE];
+    for (i, (m, y)) in ms.iter().zip(ys.iter_mut()).enumerate() {
+        assert_eq!(
+            y.len(),
+            m.rows(),
+            "matmul: y has {} elements, the matrix {} rows",
+            y.len(),
+            m.rows()
+        );
+        per_chunk[i] = one_chunk_rows(m);
+        first[i + 1] = first[i] + m.rows().div_ceil(per_chunk[i]);
+        outs[i] = (OutRows(y.as_mut_ptr()), y.len());
+    }
+    let n_chunks = first[ms.len()];
+    let chunk = |c: usize| {
+        let i = first[1..=ms.len()].partition_point(|&f| f <= c);
+        let r0 = (c - first[i]) * per_chunk[i];
+        let (out, len) = &outs[i];
+        let r1 = (r0 + per_chunk[i]).min(*len);
+        // SAFETY: `ys[i]` is exclusively borrowed for this call and
+        // outlives the run; r0 < r1 ≤ len (chunk c is one of matrix i's);
+        // each chunk index goes to one thread, and chunks of one matrix
+        // cover disjoint rows, so no two threads touch the same element
+        // and nothing else reads `ys` during the run.
+        let out = unsafe { std::slice::from_raw_parts_mut(out.get().add(r0), r1 - r0) };
+        one_chunk(ms[i], xq, r0, out);
+    };
+    pool.run(|ctx| {
+        for r in ctx.chunks(n_chunks, 1) {
+            chunk(r.start);
+        }
+    });
 }
 
 /// `n` prepared activations, `stride` bytes apart in `xq`.
@@ -191,15 +292,6 @@ fn run_rows(
     let (rows, rb, data) = (m.rows(), m.row_bytes(), m.data());
     let qbytes = m.prepared_bytes();
     let rows_per_chunk = (CHUNK_BYTES / rb.max(1)).max(1);
-    if n == 1 {
-        // One token: the output row is already in the right layout.
-        pool.for_each_chunk_mut(ys, rows_per_chunk, |start, out, _| {
-            for (i, y) in out.iter_mut().enumerate() {
-                *y = dot(&data[(start + i) * rb..(start + i + 1) * rb], &xq[..qbytes]);
-            }
-        });
-        return;
-    }
     // yt is (rows, n): a thread owns whole weight rows, so it writes
     // contiguous output; transposed into ys afterwards.
     let yt = &mut yt[..n * rows];
@@ -239,18 +331,6 @@ fn run_tiles(
     let tiles_per_chunk = (CHUNK_BYTES / tb.max(1)).max(1);
     // Activations per kernel call: the output fits on the stack.
     const GROUP: usize = 8;
-    if n == 1 {
-        // One token: the output is ys itself, in whole tiles.
-        pool.for_each_chunk_mut(ys, tiles_per_chunk * TILE_ROWS, |r0, out, _| {
-            let mut buf = [0.0f32; TILE_ROWS];
-            for (i, o) in out.chunks_mut(TILE_ROWS).enumerate() {
-                let t = r0 / TILE_ROWS + i;
-                dot(&data[t * tb..(t + 1) * tb], nb, xq, stride, 1, &mut buf);
-                o.copy_from_slice(&buf[..o.len()]);
-            }
-        });
-        return;
-    }
     let ys_len = ys.len();
     let out = OutRows(ys.as_mut_ptr());
     pool.for_each_chunk(tiles::tiles(rows), tiles_per_chunk, |range, _| {
@@ -309,20 +389,6 @@ fn run_multi(
     let Acts { xq, stride, n } = acts;
     let (rows, rb, data) = (m.rows(), m.row_bytes(), m.data());
     let rows_per_chunk = (CHUNK_BYTES / rb.max(1)).max(1);
-    if n == 1 {
-        // One token: the (rows, 1) output is already ys.
-        pool.for_each_chunk_mut(ys, rows_per_chunk, |r0, out, _| {
-            dot(
-                &data[r0 * rb..(r0 + out.len()) * rb],
-                rb,
-                xq,
-                stride,
-                1,
-                out,
-            );
-        });
-        return;
-    }
     // The kernel writes (rows, n) into a thread's chunk of yt, which the
     // same thread then transposes into its rows of ys (n, rows) while the
     // chunk is in L1: no serial transpose after the run.
@@ -347,8 +413,10 @@ fn run_multi(
     });
 }
 
-/// `ys`'s pointer, shared with the pool's threads by [`run_tiles`] and
-/// [`run_multi`], which give each thread a disjoint set of its elements.
+/// `ys`'s pointer, shared with the pool's threads by [`run_tiles`],
+/// [`run_multi`] and [`run_one`], which give each thread a disjoint set
+/// of its elements.
+#[derive(Clone, Copy)]
 struct OutRows(*mut f32);
 
 impl OutRows {
@@ -358,7 +426,7 @@ impl OutRows {
     }
 }
 
-// SAFETY: see the writes in `run_tiles` and `run_multi`: each element is
+// SAFETY: see the writes in `run_tiles`, `run_multi` and `run_one`: each element is
 // written by at most one thread, and nothing reads `ys` during the run.
 unsafe impl Sync for OutRows {}
 
@@ -408,6 +476,10 @@ pub fn matmul_each(
         return;
     }
     prepare(pool, ms[0], xs, scratch);
+    if n == 1 && ms.len() <= MAX_ONE {
+        let xq: &[u8] = &bytemuck::cast_slice(&scratch.xq)[..act_stride(ms[0])];
+        return run_one(pool, ms, xq, ys);
+    }
     for (m, y) in ms.iter().zip(ys.iter_mut()) {
         run(pool, m, n, y, scratch);
     }
@@ -578,40 +650,45 @@ mod tests {
             (true, [GgmlType::Q5_K, GgmlType::Q4_K, GgmlType::Q6_K]),
             (false, [GgmlType::Q4_1, GgmlType::Q6_K, GgmlType::F32]),
         ] {
-            let cols = 256 * 2;
-            let shapes = [7, 3, 12];
-            let data: Vec<Vec<Line>> = (0..3)
-                .map(|i| matrix_bytes(types[i], shapes[i], cols, i as u64))
-                .collect();
-            let plain: Vec<QMatrix<'_>> = (0..3)
-                .map(|i| view(types[i], shapes[i], cols, &data[i]))
-                .collect();
-            let tiles: Vec<Vec<u8>> = plain
-                .iter()
-                .map(|m| {
-                    let mut t = vec![0u8; m.tiles_bytes().unwrap_or(0)];
-                    if tiled {
-                        m.pack_tiles(&mut t).unwrap();
+            // Small matrices take one chunk each; large ones several
+            // (ending in a partial tile), so one run's chunks span them.
+            for shapes in [[7, 3, 12], [300, 45, 161]] {
+                let cols = 256 * 2;
+                let data: Vec<Vec<Line>> = (0..3)
+                    .map(|i| matrix_bytes(types[i], shapes[i], cols, i as u64))
+                    .collect();
+                let plain: Vec<QMatrix<'_>> = (0..3)
+                    .map(|i| view(types[i], shapes[i], cols, &data[i]))
+                    .collect();
+                let tiles: Vec<Vec<u8>> = plain
+                    .iter()
+                    .map(|m| {
+                        let mut t = vec![0u8; m.tiles_bytes().unwrap_or(0)];
+                        if tiled {
+                            m.pack_tiles(&mut t).unwrap();
+                        }
+                        t
+                    })
+                    .collect();
+                let ms: Vec<QMatrix<'_>> = plain
+                    .iter()
+                    .zip(&tiles)
+                    .map(|(m, t)| if tiled { m.with_tiles(t).unwrap() } else { *m })
+                    .collect();
+                for n in [1, 3, 5] {
+                    let xs = weights(&mut rng(7 + n as u64), n * cols);
+                    let mut want: Vec<Vec<f32>> = shapes.iter().map(|r| vec![0.0; n * r]).collect();
+                    for (m, y) in ms.iter().zip(want.iter_mut()) {
+                        matmul(&pool, m, &xs, y, &mut MatmulScratch::new());
                     }
-                    t
-                })
-                .collect();
-            let ms: Vec<QMatrix<'_>> = plain
-                .iter()
-                .zip(&tiles)
-                .map(|(m, t)| if tiled { m.with_tiles(t).unwrap() } else { *m })
-                .collect();
-            for n in [1, 3, 5] {
-                let xs = weights(&mut rng(7 + n as u64), n * cols);
-                let mut want: Vec<Vec<f32>> = shapes.iter().map(|r| vec![0.0; n * r]).collect();
-                for (m, y) in ms.iter().zip(want.iter_mut()) {
-                    matmul(&pool, m, &xs, y, &mut MatmulScratch::new());
+                    let mut got: Vec<Vec<f32>> =
+                        shapes.iter().map(|r| vec![f32::NAN; n * r]).collect();
+                    let mut outs: Vec<&mut [f32]> =
+                        got.iter_mut().map(|v| v.as_mut_slice()).collect();
+                    let refs: Vec<&QMatrix<'_>> = ms.iter().collect();
+                    matmul_each(&pool, &refs, &xs, &mut outs, &mut MatmulScratch::new());
+                    assert_eq!(got, want, "{types:?} {shapes:?} n {n}");
                 }
-                let mut got: Vec<Vec<f32>> = shapes.iter().map(|r| vec![f32::NAN; n * r]).collect();
-                let mut outs: Vec<&mut [f32]> = got.iter_mut().map(|v| v.as_mut_slice()).collect();
-                let refs: Vec<&QMatrix<'_>> = ms.iter().collect();
-                matmul_each(&pool, &refs, &xs, &mut outs, &mut MatmulScratch::new());
-                assert_eq!(got, want, "{types:?} n {n}");
             }
         }
     }

@@ -222,26 +222,40 @@ impl KvCache {
         let (ty, from_float) = (self.ty, self.codec.from_f32);
         for (buf, x, is_key) in [(&mut self.keys, k, true), (&mut self.values, v, false)] {
             let bytes = &mut bytemuck::cast_slice_mut::<Word, u8>(buf)[span.clone()];
-            // Where element i of the row (head i / hd, dimension i % hd)
-            // goes.
-            let at = |i: usize| column_index(is_key, hd, stride, pos, i);
+            // Dimension d of head g goes to base(g) + d·step
+            // ([`column_index`] without a division per element: they were
+            // most of a decode step's store).
+            let (lead, step) = if is_key {
+                (key_index(hd, pos, 0), KEY_BLOCK)
+            } else {
+                (pos, stride)
+            };
+            debug_assert!(hd < 2 || lead + step == column_index(is_key, hd, stride, pos, 1));
+            let heads = x.chunks_exact(hd).enumerate();
             match ty {
                 KvType::F16 => {
                     let cols = bytemuck::cast_slice_mut::<u8, f16>(bytes);
                     // Narrowed a chunk at a time by the row converter
                     // (F16C where the CPU has it), then scattered.
                     let mut h = [f16::ZERO; 64];
-                    for (c, xc) in x.chunks(h.len()).enumerate() {
-                        f32_to_f16_row(xc, &mut h[..xc.len()]);
-                        for (j, &hj) in h[..xc.len()].iter().enumerate() {
-                            cols[at(c * 64 + j)] = hj;
+                    for (g, xg) in heads {
+                        let base = g * hd * stride + lead;
+                        for (c, xc) in xg.chunks(h.len()).enumerate() {
+                            f32_to_f16_row(xc, &mut h[..xc.len()]);
+                            let at = base + c * h.len() * step;
+                            for (j, &hj) in h[..xc.len()].iter().enumerate() {
+                                cols[at + j * step] = hj;
+                            }
                         }
                     }
                 }
                 KvType::F32 => {
                     let cols = bytemuck::cast_slice_mut::<u8, f32>(bytes);
-                    for (i, &xi) in x.iter().enumerate() {
-                        cols[at(i)] = xi;
+                    for (g, xg) in heads {
+                        let base = g * hd * stride + lead;
+                        for (d, &xd) in xg.iter().enumerate() {
+                            cols[base + d * step] = xd;
+                        }
                     }
                 }
                 KvType::Q8_0 => {
@@ -542,8 +556,16 @@ mod tests {
 
     #[test]
     fn store_and_read_back() {
-        for ty in [KvType::F16, KvType::Q8_0, KvType::F32] {
-            let (layers, ctx, heads, hd) = (2, 5, 3, 64);
+        // Several blocks of 16 positions, and a head longer than the
+        // 64-element chunks the f16 store narrows.
+        let shapes = [(KvType::F16, 5, 64), (KvType::F16, 40, 96)];
+        let shapes = shapes.into_iter().chain(
+            [KvType::Q8_0, KvType::F32]
+                .into_iter()
+                .flat_map(|t| [(t, 5, 64), (t, 40, 96)]),
+        );
+        for (ty, ctx, hd) in shapes {
+            let (layers, heads) = (2, 3);
             let mut c = KvCache::new(ty, layers, ctx, heads, hd).unwrap();
             assert_eq!(
                 c.bytes() as u64,

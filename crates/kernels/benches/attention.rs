@@ -34,7 +34,7 @@ const GROUPS: [(&str, usize, usize); 5] = [
     ("cachefit", 8, 32),
     ("cachefit-int8", 8, 18),
 ];
-const POSITIONS: [usize; 2] = [1024, 4096];
+const POSITIONS: [usize; 3] = [128, 1024, 4096];
 const COLD_BYTES: usize = 96 << 20;
 
 fn config() -> Criterion {

@@ -175,27 +175,30 @@ fn run(pool: &ThreadPool, m: &QMatrix<'_>, n: usize, ys: &mut [f32], scratch: &m
 /// Most matrices [`run_one`] takes in one run (q, k and v are three).
 const MAX_ONE: usize = 4;
 
-/// Weight rows per chunk of `m` for one activation: whole tiles, or
-/// [`CHUNK_BYTES`] of rows.
-fn one_chunk_rows(m: &QMatrix<'_>) -> usize {
+/// How [`run_one`] splits `m` for one activation: weight rows per chunk
+/// (whole tiles, or [`CHUNK_BYTES`] of rows) and the bytes of a tile (0
+/// without tiles), worked out once per matrix, not per chunk.
+fn one_layout(m: &QMatrix<'_>) -> (usize, usize) {
     match m.product() {
         Product::Tiles { .. } => {
             let td = tiles::tile_dot(m.ty()).expect("a matrix with tiles has tile kernels");
-            (CHUNK_BYTES / (td.tile_bytes)(m.cols()).max(1)).max(1) * TILE_ROWS
+            let tb = (td.tile_bytes)(m.cols());
+            ((CHUNK_BYTES / tb.max(1)).max(1) * TILE_ROWS, tb)
         }
-        Product::Multi { .. } | Product::Rows { .. } => (CHUNK_BYTES / m.row_bytes().max(1)).max(1),
+        Product::Multi { .. } | Product::Rows { .. } => {
+            ((CHUNK_BYTES / m.row_bytes().max(1)).max(1), 0)
+        }
     }
 }
 
 /// Rows `r0..r0 + out.len()` of `y = m · x` for the one activation
-/// prepared in `xq` (a chunk of [`one_chunk_rows`], or the last, shorter
-/// one).
-fn one_chunk(m: &QMatrix<'_>, xq: &[u8], r0: usize, out: &mut [f32]) {
+/// prepared in `xq` (a chunk of [`one_layout`]'s, or the last, shorter
+/// one); `tb` is the tile bytes [`one_layout`] gave.
+fn one_chunk(m: &QMatrix<'_>, tb: usize, xq: &[u8], r0: usize, out: &mut [f32]) {
     let (rb, data, stride) = (m.row_bytes(), m.data(), act_stride(m));
     match m.product() {
         Product::Tiles { tiles, dot } => {
-            let td = tiles::tile_dot(m.ty()).expect("a matrix with tiles has tile kernels");
-            let (tb, nb) = ((td.tile_bytes)(m.cols()), m.cols() / 32);
+            let nb = m.cols() / 32;
             let tile = |i: usize| &tiles[(r0 / TILE_ROWS + i) * tb..][..tb];
             // Whole tiles write their rows in place (through a buffer,
             // the copy was a memcpy call: 2.5% of a token at one thread);
@@ -238,7 +241,7 @@ fn one_chunk(m: &QMatrix<'_>, xq: &[u8], r0: usize, out: &mut [f32]) {
 fn run_one(pool: &ThreadPool, ms: &[&QMatrix<'_>], xq: &[u8], ys: &mut [&mut [f32]]) {
     assert!(ms.len() == ys.len() && ms.len() <= MAX_ONE);
     // Matrix i owns chunks first[i]..first[i + 1] of the run.
-    let mut per_chunk = [0usize; MAX_ONE];
+    let (mut per_chunk, mut tb) = ([0usize; MAX_ONE], [0usize; MAX_ONE]);
     let mut first = [0usize; MAX_ONE + 1];
     let mut outs = [(OutRows(std::ptr::null_mut()), 0usize); MAX_ONE];
     for (i, (m, y)) in ms.iter().zip(ys.iter_mut()).enumerate() {
@@ -249,7 +252,7 @@ fn run_one(pool: &ThreadPool, ms: &[&QMatrix<'_>], xq: &[u8], ys: &mut [&mut [f3
             y.len(),
             m.rows()
         );
-        per_chunk[i] = one_chunk_rows(m);
+        (per_chunk[i], tb[i]) = one_layout(m);
         first[i + 1] = first[i] + m.rows().div_ceil(per_chunk[i]);
         outs[i] = (OutRows(y.as_mut_ptr()), y.len());
     }
@@ -265,7 +268,7 @@ fn run_one(pool: &ThreadPool, ms: &[&QMatrix<'_>], xq: &[u8], ys: &mut [&mut [f3
         // cover disjoint rows, so no two threads touch the same element
         // and nothing else reads `ys` during the run.
         let out = unsafe { std::slice::from_raw_parts_mut(out.get().add(r0), r1 - r0) };
-        one_chunk(ms[i], xq, r0, out);
+        one_chunk(ms[i], tb[i], xq, r0, out);
     };
     pool.run(|ctx| {
         for r in ctx.chunks(n_chunks, 1) {

@@ -222,9 +222,8 @@ impl KvCache {
         let (ty, from_float) = (self.ty, self.codec.from_f32);
         for (buf, x, is_key) in [(&mut self.keys, k, true), (&mut self.values, v, false)] {
             let bytes = &mut bytemuck::cast_slice_mut::<Word, u8>(buf)[span.clone()];
-            // Dimension d of head g goes to base(g) + d·step
-            // ([`column_index`] without a division per element: they were
-            // most of a decode step's store).
+            // Dimension d of head g goes to base(g) + d·step: what
+            // [`column_index`] gives, without two divisions per element.
             let (lead, step) = if is_key {
                 (key_index(hd, pos, 0), KEY_BLOCK)
             } else {
@@ -558,12 +557,8 @@ mod tests {
     fn store_and_read_back() {
         // Several blocks of 16 positions, and a head longer than the
         // 64-element chunks the f16 store narrows.
-        let shapes = [(KvType::F16, 5, 64), (KvType::F16, 40, 96)];
-        let shapes = shapes.into_iter().chain(
-            [KvType::Q8_0, KvType::F32]
-                .into_iter()
-                .flat_map(|t| [(t, 5, 64), (t, 40, 96)]),
-        );
+        let types = [KvType::F16, KvType::Q8_0, KvType::F32];
+        let shapes = types.into_iter().flat_map(|t| [(t, 5, 64), (t, 40, 96)]);
         for (ty, ctx, hd) in shapes {
             let (layers, heads) = (2, 3);
             let mut c = KvCache::new(ty, layers, ctx, heads, hd).unwrap();

@@ -22,6 +22,8 @@
 
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx2;
 
 use crate::isa::PerIsa;
 use half::f16;
@@ -322,7 +324,7 @@ fn dot_padded<T: KvElement>(w: &[f32], v: &[T], from: usize) -> f32 {
 }
 
 /// Attention of several query heads over one key/value head, see
-/// [`attend`]: the reference for the AVX-512 kernel, which must give the
+/// [`attend`]: the reference for the AVX-512 and AVX2 kernels, which must give the
 /// same bits. Per head: scores over positions (summed over dimensions in
 /// order, positions in the vector lanes), softmax over rows padded to 16
 /// lanes (zeros outside `first..first + n_pos`), then each output
@@ -506,7 +508,7 @@ macro_rules! x86_table {
 }
 
 #[cfg(target_arch = "x86_64")]
-x86_table!(avx2, "avx2,fma", attend_body);
+x86_table!(avx2, "avx2,fma,f16c", x86_avx2::attend_avx2);
 #[cfg(target_arch = "x86_64")]
 x86_table!(
     avx512,

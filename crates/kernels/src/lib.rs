@@ -34,6 +34,7 @@ pub mod matrix;
 pub mod ops;
 pub mod pages;
 pub mod pool;
+pub mod prefetch;
 pub mod quant;
 pub mod ternary;
 pub mod traits;

@@ -3,7 +3,8 @@
 //! No closures or generic helpers inside the kernel: a closure does not
 //! inherit `#[target_feature]`, so the intrinsics in it would become calls.
 
-use super::{check_acts, offsets, TileBlock, PREPARED_BLOCK, TILE_ROWS};
+use super::{check_acts, offsets, pair_bytes, TileBlock, PREPARED_BLOCK, TILE_ROWS};
+use crate::prefetch;
 use crate::quant::multi::Quants;
 use crate::quant::q8_0::x86::{pack_quants_avx2, quantize_block_avx2};
 use crate::quant::q8_0::QK8_0;
@@ -271,6 +272,12 @@ unsafe fn half_group<B: TileBlock, const N: usize>(
         }
         for b in 0..nb {
             let (oq, od, om) = offsets::<B>(b);
+            if N == 1 && half == 0 && b % 2 == 0 {
+                // Decode streams the tiles once: name the lines ahead
+                // (past the tile's end, the next tile's) at each pair.
+                let pair = (b / 2) * pair_bytes::<B>();
+                prefetch::ahead(tile as usize + pair, pair_bytes::<B>());
+            }
             // This half's 8 rows: 32 bytes into each 64-byte group, 16 into
             // the scales.
             let q = tile.add(oq + 32 * half);

@@ -5,6 +5,7 @@
 //! inherit `#[target_feature]`, so the intrinsics in it would become calls.
 
 use super::{activation, min_pair, q4k, q5k, q6k, KTile, Q4K, Q5K, Q6K, SUBS};
+use crate::prefetch;
 use crate::quant::q8_0::x86::bytes_from_bits_32;
 use crate::quant::q8_k::BlockQ8K;
 use crate::quant::tiles::TILE_ROWS;
@@ -310,6 +311,9 @@ unsafe fn half_q4k<T: KTile, const N: usize>(
         let low = _mm256_set1_epi8(0x0f);
         for s in 0..ns {
             let t = tile.add(s * T::SB);
+            if N == 1 && half == 0 {
+                prefetch::ahead(t as usize, T::SB); // decode: see `prefetch`
+            }
             let d = _mm256_cvtph_ps(_mm_loadu_si128(t.add(16 * half).cast()));
             let dmin = _mm256_cvtph_ps(_mm_loadu_si128(t.add(q4k::DMIN + 16 * half).cast()));
             let mut isum = [_mm256_setzero_si256(); N];
@@ -389,6 +393,9 @@ unsafe fn half_q6k<T: KTile, const N: usize>(
         let low16 = _mm256_set1_epi32(0xffff);
         for s in 0..ns {
             let t = tile.add(s * Q6K::SB);
+            if N == 1 && half == 0 {
+                prefetch::ahead(t as usize, Q6K::SB); // decode: see `prefetch`
+            }
             let d = _mm256_cvtph_ps(_mm_loadu_si128(t.add(16 * half).cast()));
             let mut isum = [_mm256_setzero_si256(); N];
             for j in 0..SUBS {

@@ -223,3 +223,62 @@ fn short_tiles_and_outputs_panic_on_every_kernel_set() {
         }
     }
 }
+
+/// The largest quants against the largest activations, both signs: the
+/// kernels' integer sums (i16 before each `madd` on AVX2) stay exact, so
+/// every set still equals the scalar twin.
+#[test]
+fn largest_quants_and_activations_stay_exact() {
+    let one = half::f16::ONE.to_le_bytes();
+    for ty in TYPES {
+        let td = tile_dot(ty).unwrap();
+        let (rows, nb) = (16, 6);
+        let cols = nb * QK8_0;
+        // d = 1, m = 0, every fifth bit set, every quant at its maximum.
+        let block: Vec<u8> = match ty {
+            GgmlType::Q4_0 => [&one[..], &[0xFF; 16]].concat(),
+            GgmlType::Q4_1 => [&one[..], &[0; 2], &[0xFF; 16]].concat(),
+            GgmlType::Q5_0 => [&one[..], &[0xFF; 4], &[0xFF; 16]].concat(),
+            GgmlType::Q5_1 => [&one[..], &[0; 2], &[0xFF; 4], &[0xFF; 16]].concat(),
+            GgmlType::Q8_0 => [&one[..], &[0x7F; 32]].concat(),
+            _ => unreachable!(),
+        };
+        assert_eq!(block.len(), traits(ty).unwrap().row_bytes(QK8_0));
+        let data = block.repeat(rows * nb);
+        let tiles_buf = packed(ty, &data, rows, cols);
+        let tile: &[u8] = bytemuck::cast_slice(&tiles_buf);
+        for sign in [1.0f32, -1.0] {
+            let n = 5;
+            let stride = prepared_bytes(cols).div_ceil(64) * 64;
+            let mut acts = vec![0u8; n * stride];
+            for c in 0..n {
+                prepare(
+                    &vec![sign; cols],
+                    &mut acts[c * stride..][..prepared_bytes(cols)],
+                );
+            }
+            let mut want = vec![f32::NAN; TILE_ROWS * n];
+            kernel(Isa::Scalar, ty)(tile, nb, &acts, stride, n, &mut want);
+            assert!(want.iter().all(|&x| x != 0.0 && x.signum() == sign));
+            for isa in Isa::supported() {
+                for n in [1, n] {
+                    let mut got = vec![f32::NAN; TILE_ROWS * n];
+                    kernel(isa, ty)(
+                        &tile[..(td.tile_bytes)(cols)],
+                        nb,
+                        &acts,
+                        stride,
+                        n,
+                        &mut got,
+                    );
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want[..TILE_ROWS * n]),
+                        "{ty:?} {isa:?} n {n}"
+                    );
+                }
+            }
+        }
+    }
+}

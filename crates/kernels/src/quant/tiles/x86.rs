@@ -290,6 +290,11 @@ unsafe fn half_group<B: TileBlock, const N: usize>(
             let mut s = [_mm256_setzero_si256(); N];
             match B::QUANTS {
                 Quants::Nibbles | Quants::Nibbles5 => {
+                    // Groups' i16 sums added before one `madd`: each ≤
+                    // 2·2·15·127 = 7620 for 4-bit quants (four of them
+                    // ≤ 30480), ≤ 15748 with the fifth bit (two): exact.
+                    let per_madd = if B::QUANTS == Quants::Nibbles { 4 } else { 2 };
+                    let mut p16 = [_mm256_setzero_si256(); N];
                     for k in 0..4 {
                         let w = _mm256_loadu_si256(q.add(64 * k).cast());
                         let mut lo = _mm256_and_si256(w, low);
@@ -310,14 +315,17 @@ unsafe fn half_group<B: TileBlock, const N: usize>(
                                 _mm256_and_si256(bytes_from_bits_32(mask(2 * k + 1)), sixteen),
                             );
                         }
-                        for (a, s) in acts.iter().zip(s.iter_mut()) {
+                        for ((a, s), p16) in acts.iter().zip(s.iter_mut()).zip(p16.iter_mut()) {
                             let y = a.add(PREPARED_BLOCK * b);
-                            // Each pair ≤ 2·31·127, two of them ≤ 15748: i16.
                             let p = _mm256_add_epi16(
                                 _mm256_maddubs_epi16(lo, bcast!(y, 4 * k)),
                                 _mm256_maddubs_epi16(hi, bcast!(y, 16 + 4 * k)),
                             );
-                            *s = _mm256_add_epi32(*s, _mm256_madd_epi16(p, ones));
+                            *p16 = _mm256_add_epi16(*p16, p);
+                            if (k + 1) % per_madd == 0 {
+                                *s = _mm256_add_epi32(*s, _mm256_madd_epi16(*p16, ones));
+                                *p16 = _mm256_setzero_si256();
+                            }
                         }
                     }
                 }

@@ -239,8 +239,127 @@ pub unsafe fn dot_avx2<B: TileBlock>(
             4.. => run!(4),
             3 => run!(3),
             2 => run!(2),
-            _ => run!(1),
+            _ => {
+                let a = acts.as_ptr().wrapping_add(c * stride);
+                // SAFETY: as `run!`'s, for activation c < n.
+                let acc = unsafe { whole_one::<B>(tile.as_ptr(), nb, a) };
+                let o = &mut out[TILE_ROWS * c..TILE_ROWS * (c + 1)];
+                // SAFETY: o is 16 floats long.
+                unsafe {
+                    _mm256_storeu_ps(o.as_mut_ptr(), acc[0]);
+                    _mm256_storeu_ps(o.as_mut_ptr().add(8), acc[1]);
+                }
+                1
+            }
         };
+    }
+}
+
+/// All 16 rows of a tile against one activation (decode, or a batch's
+/// last): [`half_group`]'s arithmetic for both halves in one pass, so each
+/// 64-byte line of quants is read once, each activation broadcast serves
+/// both halves, and the halves' accumulators are two independent chains.
+/// Lane for lane the same operations as `half_group::<B, 1>`.
+///
+/// # Safety
+/// As [`group`], on AVX2, with the one activation at `act`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn whole_one<B: TileBlock>(tile: *const u8, nb: usize, act: *const u8) -> [__m256; 2] {
+    // SAFETY: the caller's contract: a tile of `nb` blocks of `B` at `tile`
+    // and an activation view of nb blocks at `act`, so the offsets of each
+    // block `b < nb` (`offsets::<B>(b)`, and `PREPARED_BLOCK·b` with its 44
+    // bytes of parts) lie inside them. The prefetch is a hint.
+    unsafe {
+        use crate::quant::q8_0::x86::bytes_from_bits_32;
+        let mut acc = [_mm256_setzero_ps(); 2];
+        let low = _mm256_set1_epi8(0x0f);
+        let ones = _mm256_set1_epi16(1);
+        let sixteen = _mm256_set1_epi8(16);
+        let bcast = |y: *const u8, off: usize| {
+            _mm256_set1_epi32(core::ptr::read_unaligned(y.add(off).cast::<i32>()))
+        };
+        for b in 0..nb {
+            let (oq, od, om) = offsets::<B>(b);
+            if b % 2 == 0 {
+                // Decode streams the tiles once: name the lines ahead
+                // (past the tile's end, the next tile's) at each pair.
+                let pair = (b / 2) * pair_bytes::<B>();
+                prefetch::ahead(tile as usize + pair, pair_bytes::<B>());
+            }
+            let q = tile.add(oq);
+            let y = act.add(PREPARED_BLOCK * b);
+            let mut s = [_mm256_setzero_si256(); 2];
+            match B::QUANTS {
+                Quants::Nibbles | Quants::Nibbles5 => {
+                    // As in `half_group`: exact i16 sums before each madd.
+                    let per_madd = if B::QUANTS == Quants::Nibbles { 4 } else { 2 };
+                    let mut p16 = [_mm256_setzero_si256(); 2];
+                    for k in 0..4 {
+                        let (ylo, yhi) = (bcast(y, 4 * k), bcast(y, 16 + 4 * k));
+                        for h in 0..2 {
+                            let w = _mm256_loadu_si256(q.add(64 * k + 32 * h).cast());
+                            let mut lo = _mm256_and_si256(w, low);
+                            let mut hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
+                            if B::QUANTS == Quants::Nibbles5 {
+                                // Half h's 32 bits of each fifth-bit mask.
+                                let mask = |j: usize| {
+                                    core::ptr::read_unaligned(
+                                        q.add(256 + 8 * j + 4 * h).cast::<u32>(),
+                                    )
+                                };
+                                lo = _mm256_add_epi8(
+                                    lo,
+                                    _mm256_and_si256(bytes_from_bits_32(mask(2 * k)), sixteen),
+                                );
+                                hi = _mm256_add_epi8(
+                                    hi,
+                                    _mm256_and_si256(bytes_from_bits_32(mask(2 * k + 1)), sixteen),
+                                );
+                            }
+                            let p = _mm256_add_epi16(
+                                _mm256_maddubs_epi16(lo, ylo),
+                                _mm256_maddubs_epi16(hi, yhi),
+                            );
+                            p16[h] = _mm256_add_epi16(p16[h], p);
+                            if (k + 1) % per_madd == 0 {
+                                s[h] = _mm256_add_epi32(s[h], _mm256_madd_epi16(p16[h], ones));
+                                p16[h] = _mm256_setzero_si256();
+                            }
+                        }
+                    }
+                }
+                Quants::Signed8 => {
+                    let flip = _mm256_set1_epi8(-128);
+                    for k in 0..8 {
+                        let yk = bcast(y, 4 * k);
+                        for (h, s) in s.iter_mut().enumerate() {
+                            let w = _mm256_loadu_si256(q.add(64 * k + 32 * h).cast());
+                            let w = _mm256_xor_si256(w, flip);
+                            let sy = _mm256_sign_epi8(yk, w);
+                            let p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), sy);
+                            *s = _mm256_add_epi32(*s, _mm256_madd_epi16(p, ones));
+                        }
+                    }
+                }
+            }
+            // Q8_0's quants were dotted signed: no zero point here.
+            let c = if B::QUANTS == Quants::Signed8 {
+                0
+            } else {
+                B::C
+            };
+            let dy = _mm256_set1_ps(*y.add(36).cast::<f32>());
+            for (h, (s, acc)) in s.iter().zip(acc.iter_mut()).enumerate() {
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(tile.add(od + 16 * h).cast()));
+                let s = _mm256_add_epi32(*s, _mm256_set1_epi32(-c * *y.add(32).cast::<i32>()));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dy), *acc);
+                if B::HAS_MIN {
+                    let m = _mm256_cvtph_ps(_mm_loadu_si128(tile.add(om + 16 * h).cast()));
+                    *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(*y.add(40).cast::<f32>()), *acc);
+                }
+            }
+        }
+        acc
     }
 }
 
@@ -272,12 +391,6 @@ unsafe fn half_group<B: TileBlock, const N: usize>(
         }
         for b in 0..nb {
             let (oq, od, om) = offsets::<B>(b);
-            if N == 1 && half == 0 && b % 2 == 0 {
-                // Decode streams the tiles once: name the lines ahead
-                // (past the tile's end, the next tile's) at each pair.
-                let pair = (b / 2) * pair_bytes::<B>();
-                prefetch::ahead(tile as usize + pair, pair_bytes::<B>());
-            }
             // This half's 8 rows: 32 bytes into each 64-byte group, 16 into
             // the scales.
             let q = tile.add(oq + 32 * half);

@@ -235,7 +235,7 @@ unsafe fn group_q6k<T: KTile, const N: usize>(
 /// groups of up to 4. `maddubs` stands in for `dpbusd`: two products of a
 /// 6-bit quant and an activation byte, and two such pairs, stay in i16.
 macro_rules! avx2_driver {
-    ($name:ident, $half:ident, $ty:ty) => {
+    ($name:ident, $half:ident, $sb:ident, $ty:ty) => {
         /// [`crate::quant::tiles::TileDotFn`] on AVX2.
         ///
         /// # Safety
@@ -276,16 +276,39 @@ macro_rules! avx2_driver {
                     4.. => run!(4),
                     3 => run!(3),
                     2 => run!(2),
-                    _ => run!(1),
+                    _ => {
+                        // One activation (decode): both halves superblock
+                        // by superblock, so each is read from L1 the second
+                        // time and the halves' chains interleave; each
+                        // half's sum in the same order as `$half`'s.
+                        let a = [activation(acts, c * stride, nb / SUBS)];
+                        let (t, ns) = (tile.as_ptr(), nb / SUBS);
+                        let mut acc = [[_mm256_setzero_ps(); 1]; 2];
+                        for s in 0..ns {
+                            let sb = <$ty as KTile>::SB;
+                            prefetch::ahead(t as usize + s * sb, sb); // see `prefetch`
+                            for (half, acc) in acc.iter_mut().enumerate() {
+                                // SAFETY: as `run!`'s, superblock s < ns.
+                                unsafe { $sb::<$ty, 1>(t, s, half, a, acc) };
+                            }
+                        }
+                        let o = &mut out[TILE_ROWS * c..TILE_ROWS * (c + 1)];
+                        // SAFETY: o is 16 floats long.
+                        unsafe {
+                            _mm256_storeu_ps(o.as_mut_ptr(), acc[0][0]);
+                            _mm256_storeu_ps(o.as_mut_ptr().add(8), acc[1][0]);
+                        }
+                        1
+                    }
                 };
             }
         }
     };
 }
 
-avx2_driver!(dot_avx2_q4k, half_q4k, Q4K);
-avx2_driver!(dot_avx2_q5k, half_q4k, Q5K);
-avx2_driver!(dot_avx2_q6k, half_q6k, Q6K);
+avx2_driver!(dot_avx2_q4k, half_q4k, sb_q4k, Q4K);
+avx2_driver!(dot_avx2_q5k, half_q4k, sb_q4k, Q5K);
+avx2_driver!(dot_avx2_q6k, half_q6k, sb_q6k, Q6K);
 
 /// 4 activation bytes from byte `$off` at `$y`, in every 32-bit lane.
 macro_rules! bcast256 {
@@ -305,72 +328,87 @@ unsafe fn half_q4k<T: KTile, const N: usize>(
     half: usize,
     acts: [&[BlockQ8K]; N],
 ) -> [__m256; N] {
+    let mut acc = [_mm256_setzero_ps(); N];
+    for s in 0..ns {
+        // SAFETY: the caller's contract, for superblock s < ns.
+        unsafe { sb_q4k::<T, N>(tile, s, half, acts, &mut acc) };
+    }
+    acc
+}
+
+/// Superblock `s` of rows `8·half..8·half + 8` of a Q4_K (or Q5_K) tile against
+/// `N` activations, added to `acc`.
+///
+/// # Safety
+/// As [`half_q4k`], for `s < ns`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn sb_q4k<T: KTile, const N: usize>(
+    tile: *const u8,
+    s: usize,
+    half: usize,
+    acts: [&[BlockQ8K]; N],
+    acc: &mut [__m256; N],
+) {
     // SAFETY: as in `group_q4k`; this half's rows are 8 lanes further.
     unsafe {
-        let mut acc = [_mm256_setzero_ps(); N];
         let low = _mm256_set1_epi8(0x0f);
-        for s in 0..ns {
-            let t = tile.add(s * T::SB);
-            if N == 1 && half == 0 {
-                prefetch::ahead(t as usize, T::SB); // decode: see `prefetch`
-            }
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(t.add(16 * half).cast()));
-            let dmin = _mm256_cvtph_ps(_mm_loadu_si128(t.add(q4k::DMIN + 16 * half).cast()));
-            let mut isum = [_mm256_setzero_si256(); N];
-            let mut summ = [_mm256_setzero_si256(); N];
-            for j in 0..SUBS {
-                let at = q4k::SC + 16 * j + 8 * half;
-                let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(t.add(at).cast()));
-                // The row's scale in both i16 halves of its lane, for madd.
-                let sc = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
-                let pair = t.add(q4k::QS + T::PAIR * (j / 2));
-                let q = pair.add(32 * half);
-                let shift = _mm_cvtsi32_si128(4 * (j % 2) as i32);
-                for k in 0..4 {
-                    let v0 = _mm256_loadu_si256(q.add(64 * k).cast());
-                    let v1 = _mm256_loadu_si256(q.add(64 * (k + 4)).cast());
-                    let w0 = _mm256_and_si256(_mm256_srl_epi16(v0, shift), low);
-                    let w1 = _mm256_and_si256(_mm256_srl_epi16(v1, shift), low);
-                    let (w0, w1) = if T::FIFTH {
-                        // This half's 32 bits of the groups' fifth-bit masks.
-                        let at = q5k::MASKS + 64 * (j % 2) + 4 * half;
-                        let m0 = core::ptr::read_unaligned(pair.add(at + 8 * k).cast::<u32>());
-                        let m1 =
-                            core::ptr::read_unaligned(pair.add(at + 8 * (k + 4)).cast::<u32>());
-                        let sixteen = _mm256_set1_epi8(16);
-                        (
-                            _mm256_add_epi8(w0, _mm256_and_si256(bytes_from_bits_32(m0), sixteen)),
-                            _mm256_add_epi8(w1, _mm256_and_si256(bytes_from_bits_32(m1), sixteen)),
-                        )
-                    } else {
-                        (w0, w1)
-                    };
-                    for (a, isum) in acts.iter().zip(isum.iter_mut()) {
-                        let y = a.get_unchecked(s).qs.as_ptr().add(32 * j);
-                        // Each pair ≤ 2·31·127, two of them ≤ 15748: i16.
-                        let p = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(w0, bcast256!(y, 4 * k)),
-                            _mm256_maddubs_epi16(w1, bcast256!(y, 16 + 4 * k)),
-                        );
-                        *isum = _mm256_add_epi32(*isum, _mm256_madd_epi16(p, sc));
-                    }
+
+        let t = tile.add(s * T::SB);
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(t.add(16 * half).cast()));
+        let dmin = _mm256_cvtph_ps(_mm_loadu_si128(t.add(q4k::DMIN + 16 * half).cast()));
+        let mut isum = [_mm256_setzero_si256(); N];
+        let mut summ = [_mm256_setzero_si256(); N];
+        for j in 0..SUBS {
+            let at = q4k::SC + 16 * j + 8 * half;
+            let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(t.add(at).cast()));
+            // The row's scale in both i16 halves of its lane, for madd.
+            let sc = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+            let pair = t.add(q4k::QS + T::PAIR * (j / 2));
+            let q = pair.add(32 * half);
+            let shift = _mm_cvtsi32_si128(4 * (j % 2) as i32);
+            for k in 0..4 {
+                let v0 = _mm256_loadu_si256(q.add(64 * k).cast());
+                let v1 = _mm256_loadu_si256(q.add(64 * (k + 4)).cast());
+                let w0 = _mm256_and_si256(_mm256_srl_epi16(v0, shift), low);
+                let w1 = _mm256_and_si256(_mm256_srl_epi16(v1, shift), low);
+                let (w0, w1) = if T::FIFTH {
+                    // This half's 32 bits of the groups' fifth-bit masks.
+                    let at = q5k::MASKS + 64 * (j % 2) + 4 * half;
+                    let m0 = core::ptr::read_unaligned(pair.add(at + 8 * k).cast::<u32>());
+                    let m1 = core::ptr::read_unaligned(pair.add(at + 8 * (k + 4)).cast::<u32>());
+                    let sixteen = _mm256_set1_epi8(16);
+                    (
+                        _mm256_add_epi8(w0, _mm256_and_si256(bytes_from_bits_32(m0), sixteen)),
+                        _mm256_add_epi8(w1, _mm256_and_si256(bytes_from_bits_32(m1), sixteen)),
+                    )
+                } else {
+                    (w0, w1)
+                };
+                for (a, isum) in acts.iter().zip(isum.iter_mut()) {
+                    let y = a.get_unchecked(s).qs.as_ptr().add(32 * j);
+                    // Each pair ≤ 2·31·127, two of them ≤ 15748: i16.
+                    let p = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(w0, bcast256!(y, 4 * k)),
+                        _mm256_maddubs_epi16(w1, bcast256!(y, 16 + 4 * k)),
+                    );
+                    *isum = _mm256_add_epi32(*isum, _mm256_madd_epi16(p, sc));
                 }
-            }
-            for p in 0..4 {
-                let at = q4k::MIN + 32 * p + 16 * half;
-                let mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(t.add(at).cast()));
-                for (a, summ) in acts.iter().zip(summ.iter_mut()) {
-                    let pair = _mm256_set1_epi32(min_pair(a.get_unchecked(s), p));
-                    *summ = _mm256_add_epi32(*summ, _mm256_madd_epi16(mins, pair));
-                }
-            }
-            for (((a, isum), summ), acc) in acts.iter().zip(isum).zip(summ).zip(acc.iter_mut()) {
-                let dy = _mm256_set1_ps(a.get_unchecked(s).d);
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dy), *acc);
-                *acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_mul_ps(dmin, dy), *acc);
             }
         }
-        acc
+        for p in 0..4 {
+            let at = q4k::MIN + 32 * p + 16 * half;
+            let mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(t.add(at).cast()));
+            for (a, summ) in acts.iter().zip(summ.iter_mut()) {
+                let pair = _mm256_set1_epi32(min_pair(a.get_unchecked(s), p));
+                *summ = _mm256_add_epi32(*summ, _mm256_madd_epi16(mins, pair));
+            }
+        }
+        for (((a, isum), summ), acc) in acts.iter().zip(isum).zip(summ).zip(acc.iter_mut()) {
+            let dy = _mm256_set1_ps(a.get_unchecked(s).d);
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dy), *acc);
+            *acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_mul_ps(dmin, dy), *acc);
+        }
     }
 }
 
@@ -385,83 +423,97 @@ unsafe fn half_q6k<T: KTile, const N: usize>(
     half: usize,
     acts: [&[BlockQ8K]; N],
 ) -> [__m256; N] {
+    let mut acc = [_mm256_setzero_ps(); N];
+    for s in 0..ns {
+        // SAFETY: the caller's contract, for superblock s < ns.
+        unsafe { sb_q6k::<T, N>(tile, s, half, acts, &mut acc) };
+    }
+    acc
+}
+
+/// Superblock `s` of rows `8·half..8·half + 8` of a Q6_K tile against
+/// `N` activations, added to `acc`.
+///
+/// # Safety
+/// As [`half_q6k`], for `s < ns`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn sb_q6k<T: KTile, const N: usize>(
+    tile: *const u8,
+    s: usize,
+    half: usize,
+    acts: [&[BlockQ8K]; N],
+    acc: &mut [__m256; N],
+) {
     // SAFETY: as in `group_q4k`; this half's rows are 8 lanes further.
     unsafe {
-        let mut acc = [_mm256_setzero_ps(); N];
         let low = _mm256_set1_epi8(0x0f);
         let top = _mm256_set1_epi8(0x30);
         let low16 = _mm256_set1_epi32(0xffff);
-        for s in 0..ns {
-            let t = tile.add(s * Q6K::SB);
-            if N == 1 && half == 0 {
-                prefetch::ahead(t as usize, Q6K::SB); // decode: see `prefetch`
-            }
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(t.add(16 * half).cast()));
-            let mut isum = [_mm256_setzero_si256(); N];
-            for j in 0..SUBS {
-                let at = q6k::SC + 32 * j + 8 * half;
-                let sc0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(t.add(at).cast()));
-                let sc1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(t.add(at + 16).cast()));
-                // Each row's scale in both i16 halves of its lane, for madd.
-                let sc0 = _mm256_or_si256(_mm256_and_si256(sc0, low16), _mm256_slli_epi32(sc0, 16));
-                let sc1 = _mm256_or_si256(_mm256_and_si256(sc1, low16), _mm256_slli_epi32(sc1, 16));
-                let q = t.add(q6k::QS + q6k::PAIR * (j / 2) + 32 * half);
-                let odd = (j % 2) as i32;
-                let shift = _mm_cvtsi32_si128(4 * odd);
-                let up = _mm_cvtsi32_si128(4 - 2 * odd);
-                let down = _mm_cvtsi32_si128(2 * odd);
-                // Groups m and m + 1 (then m + 4, m + 5) share one madd.
-                for m in [0, 2] {
-                    let mut w = [_mm256_setzero_si256(); 4];
-                    for (i, w) in w.iter_mut().enumerate() {
-                        let g = m + i % 2;
-                        let h = _mm256_loadu_si256(q.add(q6k::HIGH + 64 * g).cast());
-                        let h = if i < 2 {
-                            _mm256_sll_epi16(h, up)
-                        } else {
-                            _mm256_srl_epi16(h, down)
-                        };
-                        let v = _mm256_loadu_si256(q.add(64 * (g + 4 * (i / 2))).cast());
-                        *w = _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srl_epi16(v, shift), low),
-                            _mm256_and_si256(h, top),
-                        );
-                    }
-                    for (a, isum) in acts.iter().zip(isum.iter_mut()) {
-                        let y = a.get_unchecked(s).qs.as_ptr().add(32 * j);
-                        // Each pair ≤ 2·63·127, two of them ≤ 32004: i16.
-                        let p0 = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(w[0], bcast256!(y, 4 * m)),
-                            _mm256_maddubs_epi16(w[1], bcast256!(y, 4 * m + 4)),
-                        );
-                        let p1 = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(w[2], bcast256!(y, 16 + 4 * m)),
-                            _mm256_maddubs_epi16(w[3], bcast256!(y, 20 + 4 * m)),
-                        );
-                        let sum = _mm256_add_epi32(
-                            _mm256_madd_epi16(p0, sc0),
-                            _mm256_madd_epi16(p1, sc1),
-                        );
-                        *isum = _mm256_add_epi32(*isum, sum);
-                    }
-                }
-                // The zero point: 32·sc·Σy per 16, Σy from Q8_K's sums.
-                for (a, isum) in acts.iter().zip(isum.iter_mut()) {
-                    let yb = a.get_unchecked(s);
-                    let y0 = *yb.bsums.get_unchecked(2 * j) as u16 as i32;
-                    let y1 = *yb.bsums.get_unchecked(2 * j + 1) as u16 as i32;
-                    let off = _mm256_add_epi32(
-                        _mm256_madd_epi16(sc0, _mm256_set1_epi32(y0)),
-                        _mm256_madd_epi16(sc1, _mm256_set1_epi32(y1)),
+
+        let t = tile.add(s * Q6K::SB);
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(t.add(16 * half).cast()));
+        let mut isum = [_mm256_setzero_si256(); N];
+        for j in 0..SUBS {
+            let at = q6k::SC + 32 * j + 8 * half;
+            let sc0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(t.add(at).cast()));
+            let sc1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(t.add(at + 16).cast()));
+            // Each row's scale in both i16 halves of its lane, for madd.
+            let sc0 = _mm256_or_si256(_mm256_and_si256(sc0, low16), _mm256_slli_epi32(sc0, 16));
+            let sc1 = _mm256_or_si256(_mm256_and_si256(sc1, low16), _mm256_slli_epi32(sc1, 16));
+            let q = t.add(q6k::QS + q6k::PAIR * (j / 2) + 32 * half);
+            let odd = (j % 2) as i32;
+            let shift = _mm_cvtsi32_si128(4 * odd);
+            let up = _mm_cvtsi32_si128(4 - 2 * odd);
+            let down = _mm_cvtsi32_si128(2 * odd);
+            // Groups m and m + 1 (then m + 4, m + 5) share one madd.
+            for m in [0, 2] {
+                let mut w = [_mm256_setzero_si256(); 4];
+                for (i, w) in w.iter_mut().enumerate() {
+                    let g = m + i % 2;
+                    let h = _mm256_loadu_si256(q.add(q6k::HIGH + 64 * g).cast());
+                    let h = if i < 2 {
+                        _mm256_sll_epi16(h, up)
+                    } else {
+                        _mm256_srl_epi16(h, down)
+                    };
+                    let v = _mm256_loadu_si256(q.add(64 * (g + 4 * (i / 2))).cast());
+                    *w = _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srl_epi16(v, shift), low),
+                        _mm256_and_si256(h, top),
                     );
-                    *isum = _mm256_sub_epi32(*isum, _mm256_slli_epi32(off, 5));
+                }
+                for (a, isum) in acts.iter().zip(isum.iter_mut()) {
+                    let y = a.get_unchecked(s).qs.as_ptr().add(32 * j);
+                    // Each pair ≤ 2·63·127, two of them ≤ 32004: i16.
+                    let p0 = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(w[0], bcast256!(y, 4 * m)),
+                        _mm256_maddubs_epi16(w[1], bcast256!(y, 4 * m + 4)),
+                    );
+                    let p1 = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(w[2], bcast256!(y, 16 + 4 * m)),
+                        _mm256_maddubs_epi16(w[3], bcast256!(y, 20 + 4 * m)),
+                    );
+                    let sum =
+                        _mm256_add_epi32(_mm256_madd_epi16(p0, sc0), _mm256_madd_epi16(p1, sc1));
+                    *isum = _mm256_add_epi32(*isum, sum);
                 }
             }
-            for ((a, isum), acc) in acts.iter().zip(isum).zip(acc.iter_mut()) {
-                let dy = _mm256_set1_ps(a.get_unchecked(s).d);
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dy), *acc);
+            // The zero point: 32·sc·Σy per 16, Σy from Q8_K's sums.
+            for (a, isum) in acts.iter().zip(isum.iter_mut()) {
+                let yb = a.get_unchecked(s);
+                let y0 = *yb.bsums.get_unchecked(2 * j) as u16 as i32;
+                let y1 = *yb.bsums.get_unchecked(2 * j + 1) as u16 as i32;
+                let off = _mm256_add_epi32(
+                    _mm256_madd_epi16(sc0, _mm256_set1_epi32(y0)),
+                    _mm256_madd_epi16(sc1, _mm256_set1_epi32(y1)),
+                );
+                *isum = _mm256_sub_epi32(*isum, _mm256_slli_epi32(off, 5));
             }
         }
-        acc
+        for ((a, isum), acc) in acts.iter().zip(isum).zip(acc.iter_mut()) {
+            let dy = _mm256_set1_ps(a.get_unchecked(s).d);
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dy), *acc);
+        }
     }
 }

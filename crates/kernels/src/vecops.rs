@@ -387,6 +387,43 @@ fn attend_body<T: KvElement>(
     }
 }
 
+/// The geometry of one call of the x86 attention kernels: `sp` floats per
+/// row of scores, `chunks` of 16 positions, the lanes of the first and last
+/// chunk that are attended to (`first..` and `..first + n_pos`).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Shape {
+    hd: usize,
+    stride: usize,
+    sp: usize,
+    chunks: usize,
+    first: u16,
+    last: u16,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Shape {
+    /// The attended lanes of chunk `c`.
+    #[inline(always)]
+    fn mask(&self, c: usize) -> u16 {
+        let m = if c == 0 { self.first } else { !0 };
+        if c + 1 == self.chunks {
+            m & self.last
+        } else {
+            m
+        }
+    }
+
+    /// The lanes of the chunk holding position `end - 1` below `end`.
+    fn last_lanes(end: usize) -> u16 {
+        if end.is_multiple_of(16) {
+            !0
+        } else {
+            (1u16 << (end % 16)) - 1
+        }
+    }
+}
+
 /// Positions per block of keys ([`Attention::keys`]).
 pub const KEY_BLOCK: usize = 16;
 

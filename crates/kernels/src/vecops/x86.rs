@@ -4,8 +4,8 @@
 //! the accumulators of a block of heads held in registers.
 
 use super::{
-    check, Attention, KvElement, EXP_HI, EXP_LO, EXP_POLY, KEY_BLOCK, LN2_HI, LN2_LO, LOG2E, SHIFT,
-    SHIFT_BITS,
+    check, Attention, KvElement, Shape, EXP_HI, EXP_LO, EXP_POLY, KEY_BLOCK, LN2_HI, LN2_LO, LOG2E,
+    SHIFT, SHIFT_BITS,
 };
 use core::arch::x86_64::*;
 
@@ -112,32 +112,6 @@ unsafe fn load_kv<T: KvElement>(p: *const T, idx: usize, m: __mmask16) -> __m512
             _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p.cast::<i16>().add(idx)))
         } else {
             _mm512_maskz_loadu_ps(m, p.cast::<f32>().add(idx))
-        }
-    }
-}
-
-/// The geometry of one call: `sp` floats per row of scores, `chunks` of
-/// 16 positions, the lanes of the first and last chunk that are attended
-/// to (`first..` and `..first + n_pos`).
-#[derive(Clone, Copy)]
-struct Shape {
-    hd: usize,
-    stride: usize,
-    sp: usize,
-    chunks: usize,
-    first: __mmask16,
-    last: __mmask16,
-}
-
-impl Shape {
-    /// The attended lanes of chunk `c`.
-    #[inline(always)]
-    fn mask(&self, c: usize) -> __mmask16 {
-        let m = if c == 0 { self.first } else { !0 };
-        if c + 1 == self.chunks {
-            m & self.last
-        } else {
-            m
         }
     }
 }
@@ -315,11 +289,7 @@ pub(super) fn attend_avx512<T: KvElement>(
         sp,
         chunks,
         first: !0u16 << a.first,
-        last: if end % 16 == 0 {
-            !0
-        } else {
-            (1u16 << (end % 16)) - 1
-        },
+        last: Shape::last_lanes(end),
     };
     // `check` gave: q, out (nh·hd); keys (sp·hd: whole blocks); values
     // ((hd-1)·stride + end); scores (nh·sp). Every access below stays
@@ -374,11 +344,7 @@ pub(super) fn attend_avx512<T: KvElement>(
         let end = super::head_end(a, h);
         let head = Shape {
             chunks: end.div_ceil(16),
-            last: if end % 16 == 0 {
-                !0
-            } else {
-                (1u16 << (end % 16)) - 1
-            },
+            last: Shape::last_lanes(end),
             ..shape
         };
         let mask = |c: usize| head.mask(c);

@@ -6,8 +6,8 @@
 //! SmolLM2 decode step on a Zen 3 host.
 
 use super::{
-    check, head_end, softcap_body, Attention, KvElement, EXP_HI, EXP_LO, EXP_POLY, KEY_BLOCK,
-    LN2_HI, LN2_LO, LOG2E, SHIFT, SHIFT_BITS,
+    check, head_end, softcap_body, Attention, KvElement, Shape, EXP_HI, EXP_LO, EXP_POLY,
+    KEY_BLOCK, LN2_HI, LN2_LO, LOG2E, SHIFT, SHIFT_BITS,
 };
 use core::arch::x86_64::*;
 
@@ -171,30 +171,6 @@ unsafe fn load_kv_masked<T: KvElement>(
     }
 }
 
-/// The geometry of one call, as the AVX-512 kernel's `Shape`.
-#[derive(Clone, Copy)]
-struct Shape {
-    hd: usize,
-    stride: usize,
-    sp: usize,
-    chunks: usize,
-    first: u16,
-    last: u16,
-}
-
-impl Shape {
-    /// The attended lanes of chunk `c`.
-    #[inline(always)]
-    fn mask(&self, c: usize) -> u16 {
-        let m = if c == 0 { self.first } else { !0 };
-        if c + 1 == self.chunks {
-            m & self.last
-        } else {
-            m
-        }
-    }
-}
-
 /// Scores of query heads `h0..h0 + H` (rows of `qs`, `(nh, hd)`, already
 /// scaled) over every chunk of 16 positions, `C` chunks at a time: one
 /// key load feeds the H heads. Key lanes outside the attended positions
@@ -317,20 +293,13 @@ pub(super) fn attend_avx2<T: KvElement>(
     let (nh, sp) = check(a, scores, out, stats);
     let (hd, end) = (a.head_dim, a.first + a.n_pos);
     let chunks = sp / 16;
-    let last_mask = |end: usize| {
-        if end.is_multiple_of(16) {
-            !0u16
-        } else {
-            (1u16 << (end % 16)) - 1
-        }
-    };
     let shape = Shape {
         hd,
         stride: a.stride,
         sp,
         chunks,
         first: !0u16 << a.first,
-        last: last_mask(end),
+        last: Shape::last_lanes(end),
     };
     // `check` gave: q, out (nh·hd); keys (sp·hd: whole blocks); values
     // ((hd-1)·stride + end); scores (nh·sp).
@@ -374,7 +343,7 @@ pub(super) fn attend_avx2<T: KvElement>(
         let end = head_end(a, h);
         let head = Shape {
             chunks: end.div_ceil(16),
-            last: last_mask(end),
+            last: Shape::last_lanes(end),
             ..shape
         };
         let z = _mm256_setzero_ps();

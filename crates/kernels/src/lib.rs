@@ -17,7 +17,8 @@
 //!   when it is bound; [`matmul`] runs the products (decode is `n = 1`).
 //! - [`int8`]: the int8 matrices of the cachefit architecture; [`vecops`]
 //!   and [`ops`]: element-wise ops and attention; [`pool`]: the thread
-//!   pool; [`bandwidth`]: memory bandwidth probes.
+//!   pool; [`bandwidth`]: memory bandwidth probes; [`prefetch`]: cache-line
+//!   hints (decode kernels name the lines they stream next).
 //!
 //! Nothing here knows about models, and nothing reads the environment:
 //! programs pass their choices to [`configure`].

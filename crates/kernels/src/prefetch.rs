@@ -54,30 +54,6 @@ pub fn ahead(addr: usize, len: usize) {
     }
 }
 
-/// Hint every line of `len` bytes from `addr`, in order, in steps of
-/// `step` lines; between steps, stop early (returning `false`) once
-/// `stop()` says so. Returns `true` when every line was hinted.
-pub fn lines_until(addr: usize, len: usize, step: usize, mut stop: impl FnMut() -> bool) -> bool {
-    if len == 0 {
-        return true;
-    }
-    // Line numbers, not addresses: no overflow at the top of the space.
-    let (mut l, last) = (addr / LINE, addr.saturating_add(len - 1) / LINE);
-    loop {
-        if stop() {
-            return false;
-        }
-        let step_last = l.saturating_add(step.max(1) - 1).min(last);
-        for i in l..=step_last {
-            line(i * LINE);
-        }
-        if step_last == last {
-            return true;
-        }
-        l = step_last + 1;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,29 +69,7 @@ mod tests {
             let v = vec![7u8; 4096];
             v.as_ptr() as usize
         };
-        assert!(lines_until(freed, 4096, 8, || false));
-        assert!(lines_until(usize::MAX - 100, 1000, 4, || false));
-    }
-
-    #[test]
-    fn lines_until_stops_between_steps() {
-        let buf = vec![1u8; 64 * 100];
-        let addr = buf.as_ptr() as usize;
-        let mut polls = 0;
-        let done = lines_until(addr, buf.len(), 10, || {
-            polls += 1;
-            polls > 3
-        });
-        assert!(!done);
-        assert_eq!(polls, 4, "stops at the fourth poll, after three steps");
-        let (start, len) = (addr + 5, buf.len() - 5);
-        let lines = (start + len).div_ceil(LINE) - start / LINE;
-        let mut polls = 0;
-        assert!(lines_until(start, len, 10, || {
-            polls += 1;
-            false
-        }));
-        assert_eq!(polls, lines.div_ceil(10), "one poll per 10 lines");
-        assert!(lines_until(addr, 0, 10, || panic!("nothing to hint")));
+        ahead(freed, 4096);
+        ahead(usize::MAX - 100, 1000);
     }
 }

@@ -195,7 +195,8 @@ unsafe fn group<B: TileBlock, const N: usize>(
 
 /// [`super::TileDotFn`] on AVX2: each tile as two halves of 8 rows (one per
 /// 32-bit lane of a 256-bit register), the activations in groups of up to
-/// 4 (what leaves the accumulators and sums in 16 registers). `maddubs`
+/// 4 (what leaves the accumulators and sums in 16 registers); a single
+/// activation takes both halves in one pass ([`whole_one`]). `maddubs`
 /// stands in for `dpbusd`: nibble pairs stay far inside i16, and Q8_0 goes
 /// through the sign trick on its signed quants (so its zero point is 0
 /// here; the integer sums are the same either way).

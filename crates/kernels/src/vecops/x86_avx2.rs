@@ -228,7 +228,11 @@ unsafe fn score_block<T: KvElement, const H: usize, const C: usize>(
 }
 
 /// Outputs of query heads `h0..h0 + H`, dimensions `d0..d0 + D` (the last
-/// block of dimensions may repeat dimension `hd - 1`, recomputing it).
+/// block of dimensions may repeat dimension `hd - 1`, recomputing it): H·D
+/// sums of 2 registers each, the scores read straight into the FMAs, so
+/// H·D ≤ 6 leaves the values' registers free and nothing spills. Only the
+/// first and last chunk have lanes outside the attended positions: the
+/// chunks between load their values unmasked.
 ///
 /// # Safety
 /// `check` passed for the call `vp` (`vlen` values) and `sc` come from;
@@ -245,32 +249,55 @@ unsafe fn value_block<T: KvElement, const H: usize, const D: usize>(
     shape: Shape,
 ) {
     let (hd, stride, sp, chunks) = (shape.hd, shape.stride, shape.sp, shape.chunks);
+    // acc[j][k] += scores of head h0 + j, chunk c · v (dimension k's).
+    #[inline(always)]
+    fn chunk<const H: usize, const D: usize>(
+        acc: &mut [[V16; D]; H],
+        sc: *const f32,
+        c: usize,
+        sp: usize,
+        h0: usize,
+        v: impl Fn(usize) -> V16,
+    ) {
+        for k in 0..D {
+            let v = v(k);
+            for (j, accj) in acc.iter_mut().enumerate() {
+                // SAFETY: rows of scores are sp floats, (c + 1)·16 ≤ sp
+                // (the caller's contract).
+                let w = unsafe { sc.add((h0 + j) * sp + c * 16) };
+                // SAFETY: as above; the features are the caller's.
+                accj[k] = unsafe {
+                    V16 {
+                        lo: _mm256_fmadd_ps(_mm256_loadu_ps(w), v.lo, accj[k].lo),
+                        hi: _mm256_fmadd_ps(_mm256_loadu_ps(w.add(8)), v.hi, accj[k].hi),
+                    }
+                };
+            }
+        }
+    }
     let mut d0 = 0;
     while d0 < hd {
         let dims: [usize; D] = std::array::from_fn(|k| (d0 + k).min(hd - 1));
         let mut acc = [[zero(); D]; H];
-        for c in 0..chunks {
+        // The edge chunks through the mask, in their place in the order.
+        let edge = |acc: &mut [[V16; D]; H], c: usize| {
             let m = shape.mask(c);
             let mask = lane_mask(m);
-            // SAFETY: rows of scores are sp floats, (c + 1)·16 ≤ sp.
-            let w: [V16; H] = std::array::from_fn(|j| unsafe {
-                let s = sc.add((h0 + j) * sp + c * 16);
-                V16 {
-                    lo: _mm256_loadu_ps(s),
-                    hi: _mm256_loadu_ps(s.add(8)),
-                }
-            });
-            for (k, &d) in dims.iter().enumerate() {
-                // SAFETY: the attended lanes d·stride + first..end are in
-                // `values` (`check`), and nothing past `vlen` is read.
-                let v = unsafe { load_kv_masked(vp, d * stride + c * 16, vlen, m, mask) };
-                for (accj, wj) in acc.iter_mut().zip(&w) {
-                    accj[k] = V16 {
-                        lo: _mm256_fmadd_ps(wj.lo, v.lo, accj[k].lo),
-                        hi: _mm256_fmadd_ps(wj.hi, v.hi, accj[k].hi),
-                    };
-                }
-            }
+            // SAFETY: the attended lanes d·stride + first..end are in
+            // `values` (`check`), and nothing past `vlen` is read.
+            let v =
+                |k: usize| unsafe { load_kv_masked(vp, dims[k] * stride + c * 16, vlen, m, mask) };
+            chunk(acc, sc, c, sp, h0, v);
+        };
+        edge(&mut acc, 0);
+        for c in 1..chunks.saturating_sub(1) {
+            // SAFETY: chunk c < chunks − 1 ends at 16(c + 1) ≤ 16(chunks − 1)
+            // < end: every lane is inside the values (`check`).
+            let v = |k: usize| unsafe { load_kv(vp, dims[k] * stride + c * 16) };
+            chunk(&mut acc, sc, c, sp, h0, v);
+        }
+        if chunks > 1 {
+            edge(&mut acc, chunks - 1);
         }
         for (j, accj) in acc.iter().enumerate() {
             for (k, a) in accj.iter().enumerate() {
@@ -416,10 +443,12 @@ pub(super) fn attend_avx2<T: KvElement>(
         // their rows of scores are softmaxed above.
         h += unsafe {
             match nh - h {
-                2.. => value_block::<T, 2, 2>(vp, vlen, sc, out, h, shape),
+                4.. => value_block::<T, 4, 1>(vp, vlen, sc, out, h, shape),
+                3 => value_block::<T, 3, 2>(vp, vlen, sc, out, h, shape),
+                2 => value_block::<T, 2, 3>(vp, vlen, sc, out, h, shape),
                 _ => value_block::<T, 1, 4>(vp, vlen, sc, out, h, shape),
             }
-            (nh - h).min(2)
+            (nh - h).min(4)
         };
     }
 }

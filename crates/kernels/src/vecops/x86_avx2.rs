@@ -229,10 +229,12 @@ unsafe fn score_block<T: KvElement, const H: usize, const C: usize>(
 
 /// Outputs of query heads `h0..h0 + H`, dimensions `d0..d0 + D` (the last
 /// block of dimensions may repeat dimension `hd - 1`, recomputing it): H·D
-/// sums of 2 registers each, the scores read straight into the FMAs, so
-/// H·D ≤ 6 leaves the values' registers free and nothing spills. Only the
-/// first and last chunk have lanes outside the attended positions: the
-/// chunks between load their values unmasked.
+/// sums of 2 registers each. The caller takes 2 heads × 2 dimensions: 8
+/// sums, each head's scores loaded once per chunk for both dimensions
+/// (2·2·2 + 4 + 2 registers), where 4 × 1 with the scores read into the
+/// FMAs was load-bound (0.8× at 1024 positions on Zen 3). Only the first
+/// and last chunk have lanes outside the attended positions: the chunks
+/// between load their values unmasked.
 ///
 /// # Safety
 /// `check` passed for the call `vp` (`vlen` values) and `sc` come from;
@@ -443,12 +445,10 @@ pub(super) fn attend_avx2<T: KvElement>(
         // their rows of scores are softmaxed above.
         h += unsafe {
             match nh - h {
-                4.. => value_block::<T, 4, 1>(vp, vlen, sc, out, h, shape),
-                3 => value_block::<T, 3, 2>(vp, vlen, sc, out, h, shape),
-                2 => value_block::<T, 2, 3>(vp, vlen, sc, out, h, shape),
+                2.. => value_block::<T, 2, 2>(vp, vlen, sc, out, h, shape),
                 _ => value_block::<T, 1, 4>(vp, vlen, sc, out, h, shape),
             }
-            (nh - h).min(4)
+            (nh - h).min(2)
         };
     }
 }

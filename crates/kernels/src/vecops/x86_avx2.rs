@@ -251,9 +251,15 @@ unsafe fn value_block<T: KvElement, const H: usize, const D: usize>(
     shape: Shape,
 ) {
     let (hd, stride, sp, chunks) = (shape.hd, shape.stride, shape.sp, shape.chunks);
-    // acc[j][k] += scores of head h0 + j, chunk c · v (dimension k's).
-    #[inline(always)]
-    fn chunk<const H: usize, const D: usize>(
+    /// acc[j][k] += scores of head h0 + j, chunk c · v (dimension k's).
+    ///
+    /// # Safety
+    /// On AVX2 with FMA; rows `h0..h0 + H` of `sc` are `sp` floats each
+    /// and `(c + 1)·16 ≤ sp` (so the chunk's 16 scores of each are in
+    /// bounds): [`value_block`]'s contract, for its chunks `c < chunks`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn chunk<const H: usize, const D: usize>(
         acc: &mut [[V16; D]; H],
         sc: *const f32,
         c: usize,
@@ -264,10 +270,10 @@ unsafe fn value_block<T: KvElement, const H: usize, const D: usize>(
         for k in 0..D {
             let v = v(k);
             for (j, accj) in acc.iter_mut().enumerate() {
-                // SAFETY: rows of scores are sp floats, (c + 1)·16 ≤ sp
-                // (the caller's contract).
+                // SAFETY: this fn's contract: row h0 + j's scores of chunk
+                // c, 16 floats inside the row.
                 let w = unsafe { sc.add((h0 + j) * sp + c * 16) };
-                // SAFETY: as above; the features are the caller's.
+                // SAFETY: as above; the features are this fn's contract.
                 accj[k] = unsafe {
                     V16 {
                         lo: _mm256_fmadd_ps(_mm256_loadu_ps(w), v.lo, accj[k].lo),
@@ -289,14 +295,17 @@ unsafe fn value_block<T: KvElement, const H: usize, const D: usize>(
             // `values` (`check`), and nothing past `vlen` is read.
             let v =
                 |k: usize| unsafe { load_kv_masked(vp, dims[k] * stride + c * 16, vlen, m, mask) };
-            chunk(acc, sc, c, sp, h0, v);
+            // SAFETY: this fn's features; c < chunks, and the rows of
+            // scores are the caller's (`# Safety`).
+            unsafe { chunk(acc, sc, c, sp, h0, v) };
         };
         edge(&mut acc, 0);
         for c in 1..chunks.saturating_sub(1) {
             // SAFETY: chunk c < chunks − 1 ends at 16(c + 1) ≤ 16(chunks − 1)
             // < end: every lane is inside the values (`check`).
             let v = |k: usize| unsafe { load_kv(vp, dims[k] * stride + c * 16) };
-            chunk(&mut acc, sc, c, sp, h0, v);
+            // SAFETY: as the edge chunks'.
+            unsafe { chunk(&mut acc, sc, c, sp, h0, v) };
         }
         if chunks > 1 {
             edge(&mut acc, chunks - 1);

@@ -21,10 +21,12 @@
 //! `4k..4k+4` and its high nibbles `16+4k..`. Q8_0 (`QB` = 512): group
 //! `k < 8` is elements `4k..4k+4` plus 128, unsigned for `dpbusd`.
 //! Q5_0/Q5_1 (`QB` = 320) are the 4-bit layout followed by the fifth bits
-//! as eight 64-bit byte masks, low then high nibbles of group 0, then of
-//! group 1, …: bit `4r + i` is the fifth bit of the byte of row `r` that
-//! the nibble holds (so a masked byte add of 16 completes it). An odd
-//! last block leaves the second of its pair zero.
+//! as one 64-byte plane laid out like a group (row `r` at `4r`): bit
+//! `2k + h` of byte `4r + i` is the fifth bit of the low (`h` = 0) or high
+//! (`h` = 1) nibble of byte `4r + i` of group `k`. AVX2 moves bit `j` of
+//! every byte to 16 with a shift and an AND (bytes from 32-bit masks took
+//! five operations); AVX-512 tests it into a byte mask for a masked add. An
+//! odd last block leaves the second of its pair zero.
 //!
 //! Rows past the matrix's last are zero. Every lane computes `acc = fma(f32(Σ (q − c)·y), d·dy, acc)` then,
 //! with a minimum, `acc = fma(m, dy·Σy, acc)`, block after block: the
@@ -212,11 +214,7 @@ fn pack<B: TileBlock>(src: &[u8], rows: usize, cols: usize, dst: &mut [u8]) {
                         if B::QUANTS == Quants::Nibbles5 {
                             let h = x.qh();
                             for (half, bit) in [(0, 4 * k + i), (1, 16 + 4 * k + i)] {
-                                let at = 256 + 8 * (2 * k + half);
-                                let mut mask =
-                                    u64::from_le_bytes(q[at..at + 8].try_into().unwrap());
-                                mask |= (((h >> bit) & 1) as u64) << (4 * r + i);
-                                q[at..at + 8].copy_from_slice(&mask.to_le_bytes());
+                                q[256 + 4 * r + i] |= (((h >> bit) & 1) as u8) << (2 * k + half);
                             }
                         }
                     }
@@ -382,9 +380,7 @@ fn dot_ref<B: TileBlock>(
                     if B::QUANTS != Quants::Nibbles5 {
                         return 0;
                     }
-                    let at = 256 + 8 * (2 * k + h);
-                    let mask = u64::from_le_bytes(q[at..at + 8].try_into().unwrap());
-                    ((mask >> (4 * r + i)) & 1) as i32 * 16
+                    ((q[256 + 4 * r + i] >> (2 * k + h)) & 1) as i32 * 16
                 };
                 for k in 0..groups::<B>() {
                     for i in 0..4 {

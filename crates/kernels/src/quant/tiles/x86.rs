@@ -112,10 +112,11 @@ unsafe fn group<B: TileBlock, const N: usize>(
                         _mm512_and_si512(_mm512_srli_epi16(w[3], 4), low),
                     ];
                     let (lo, hi) = if B::QUANTS == Quants::Nibbles5 {
-                        // The fifth bits: a byte mask per half of each group.
+                        // The fifth bits: bit j of each byte of the plane
+                        // as a byte mask.
                         let sixteen = _mm512_set1_epi8(16);
-                        let mask =
-                            |j: usize| core::ptr::read_unaligned(q.add(256 + 8 * j).cast::<u64>());
+                        let plane = _mm512_loadu_si512(q.add(256).cast());
+                        let mask = |j: u32| _mm512_test_epi8_mask(plane, _mm512_set1_epi8(1 << j));
                         (
                             [
                                 _mm512_mask_add_epi8(lo[0], mask(0), lo[0], sixteen),
@@ -256,6 +257,25 @@ pub unsafe fn dot_avx2<B: TileBlock>(
     }
 }
 
+/// Bit `j` of each byte of a fifth-bit plane as that byte's fifth bit:
+/// 16 or 0. The 16-bit shifts move bits across the bytes of a pair, but
+/// never into bit 4 (at most 4 places left, 3 right).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn fifth_bits(plane: __m256i, j: usize) -> __m256i {
+    let at4 = match j {
+        0 => _mm256_slli_epi16::<4>(plane),
+        1 => _mm256_slli_epi16::<3>(plane),
+        2 => _mm256_slli_epi16::<2>(plane),
+        3 => _mm256_slli_epi16::<1>(plane),
+        4 => plane,
+        5 => _mm256_srli_epi16::<1>(plane),
+        6 => _mm256_srli_epi16::<2>(plane),
+        _ => _mm256_srli_epi16::<3>(plane),
+    };
+    _mm256_and_si256(at4, _mm256_set1_epi8(16))
+}
+
 /// All 16 rows of a tile against one activation (decode, or a batch's
 /// last): [`half_group`]'s arithmetic for both halves in one pass, so each
 /// 64-byte line of quants is read once, each activation broadcast serves
@@ -271,11 +291,9 @@ unsafe fn whole_one<B: TileBlock>(tile: *const u8, nb: usize, act: *const u8) ->
     // block `b < nb` (`offsets::<B>(b)`, and `PREPARED_BLOCK·b` with its 44
     // bytes of parts) lie inside them. The prefetch is a hint.
     unsafe {
-        use crate::quant::q8_0::x86::bytes_from_bits_32;
         let mut acc = [_mm256_setzero_ps(); 2];
         let low = _mm256_set1_epi8(0x0f);
         let ones = _mm256_set1_epi16(1);
-        let sixteen = _mm256_set1_epi8(16);
         let bcast = |y: *const u8, off: usize| {
             _mm256_set1_epi32(core::ptr::read_unaligned(y.add(off).cast::<i32>()))
         };
@@ -302,20 +320,10 @@ unsafe fn whole_one<B: TileBlock>(tile: *const u8, nb: usize, act: *const u8) ->
                             let mut lo = _mm256_and_si256(w, low);
                             let mut hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
                             if B::QUANTS == Quants::Nibbles5 {
-                                // Half h's 32 bits of each fifth-bit mask.
-                                let mask = |j: usize| {
-                                    core::ptr::read_unaligned(
-                                        q.add(256 + 8 * j + 4 * h).cast::<u32>(),
-                                    )
-                                };
-                                lo = _mm256_add_epi8(
-                                    lo,
-                                    _mm256_and_si256(bytes_from_bits_32(mask(2 * k)), sixteen),
-                                );
-                                hi = _mm256_add_epi8(
-                                    hi,
-                                    _mm256_and_si256(bytes_from_bits_32(mask(2 * k + 1)), sixteen),
-                                );
+                                // Half h's 32 bytes of the fifth-bit plane.
+                                let plane = _mm256_loadu_si256(q.add(256 + 32 * h).cast());
+                                lo = _mm256_add_epi8(lo, fifth_bits(plane, 2 * k));
+                                hi = _mm256_add_epi8(hi, fifth_bits(plane, 2 * k + 1));
                             }
                             let p = _mm256_add_epi16(
                                 _mm256_maddubs_epi16(lo, ylo),
@@ -380,11 +388,9 @@ unsafe fn half_group<B: TileBlock, const N: usize>(
     // the offsets of each block `b < nb` (`offsets::<B>(b)`, and
     // `PREPARED_BLOCK·b` with its 44 bytes of parts) lie inside them.
     unsafe {
-        use crate::quant::q8_0::x86::bytes_from_bits_32;
         let mut acc = [_mm256_setzero_ps(); N];
         let low = _mm256_set1_epi8(0x0f);
         let ones = _mm256_set1_epi16(1);
-        let sixteen = _mm256_set1_epi8(16);
         macro_rules! bcast {
             ($y:expr, $off:expr) => {
                 _mm256_set1_epi32(core::ptr::read_unaligned($y.add($off).cast::<i32>()))
@@ -414,20 +420,10 @@ unsafe fn half_group<B: TileBlock, const N: usize>(
                         let mut lo = _mm256_and_si256(w, low);
                         let mut hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
                         if B::QUANTS == Quants::Nibbles5 {
-                            // This half's 32 bits of each fifth-bit mask.
-                            let mask = |j: usize| {
-                                core::ptr::read_unaligned(
-                                    q.add(256 - 32 * half + 8 * j + 4 * half).cast::<u32>(),
-                                )
-                            };
-                            lo = _mm256_add_epi8(
-                                lo,
-                                _mm256_and_si256(bytes_from_bits_32(mask(2 * k)), sixteen),
-                            );
-                            hi = _mm256_add_epi8(
-                                hi,
-                                _mm256_and_si256(bytes_from_bits_32(mask(2 * k + 1)), sixteen),
-                            );
+                            // This half's 32 bytes of the fifth-bit plane.
+                            let plane = _mm256_loadu_si256(q.add(256).cast());
+                            lo = _mm256_add_epi8(lo, fifth_bits(plane, 2 * k));
+                            hi = _mm256_add_epi8(hi, fifth_bits(plane, 2 * k + 1));
                         }
                         for ((a, s), p16) in acts.iter().zip(s.iter_mut()).zip(p16.iter_mut()) {
                             let y = a.add(PREPARED_BLOCK * b);

@@ -23,10 +23,11 @@
 //! `64p + 32 + 4k..` (sub-block `2p + 1`).
 //!
 //! Q5_K (2880 bytes): Q4_K's layout with pairs of 640 bytes: each pair's
-//! 512 bytes of nibbles, then its fifth bits as 16 masks of 64 bits, for
-//! sub-block `2p + h` and group `k` at `512 + 64h + 8k`, bit `4r + i` that
-//! of row `r`'s byte `i` of the group (a masked byte add of 16 completes
-//! the quants, as in the legacy Q5 tiles).
+//! 512 bytes of nibbles, then its fifth bits as two 64-byte planes laid out
+//! like a group: for sub-block `2p + h`, bit `k` of byte `4r + i` of the
+//! plane at `512 + 64h` is that of row `r`'s byte `i` of group `k` (as in
+//! the legacy Q5 tiles: a shift and an AND on AVX2, a byte mask on
+//! AVX-512).
 //!
 //! Q6_K (3392 bytes): `d` (32 bytes, then 32 of padding), the 16 scales as
 //! i8, scale `k` of row `r` at `64 + 16k + r`, then from 320 four pairs of
@@ -90,9 +91,9 @@ pub(crate) mod q4k {
 /// bits, so a superblock is still read front to back.
 pub(crate) mod q5k {
     pub const PAIR: usize = super::q4k::PAIR + 128;
-    /// Where a pair's fifth bits start: for sub-block `2p + h` and group
-    /// `k`, a 64-bit mask at `MASKS + 64h + 8k`, bit `4r + i` that of row
-    /// `r`'s byte `i` of the group.
+    /// Where a pair's fifth bits start: for sub-block `2p + h`, a plane at
+    /// `MASKS + 64h` whose byte `4r + i` holds, in bit `k`, that of row
+    /// `r`'s byte `i` of group `k`.
     pub const MASKS: usize = super::q4k::PAIR;
 }
 
@@ -149,13 +150,11 @@ impl KTile for Q5K {
         let x: BlockQ5K = bytemuck::pod_read_unaligned(src);
         pack_q4k_part::<Q5K>(x.d, x.dmin, &x.scales, &x.qs, r, t);
         for j in 0..SUBS {
+            let plane = q4k::QS + q5k::PAIR * (j / 2) + q5k::MASKS + 64 * (j % 2);
             for k in 0..8 {
-                let at = q4k::QS + q5k::PAIR * (j / 2) + q5k::MASKS + 64 * (j % 2) + 8 * k;
-                let mut mask = u64::from_le_bytes(t[at..at + 8].try_into().unwrap());
                 for i in 0..4 {
-                    mask |= ((x.qh[4 * k + i] >> j & 1) as u64) << (4 * r + i);
+                    t[plane + 4 * r + i] |= (x.qh[4 * k + i] >> j & 1) << k;
                 }
-                t[at..at + 8].copy_from_slice(&mask.to_le_bytes());
             }
         }
     }
@@ -329,9 +328,8 @@ fn dot_ref_q4k<T: KTile>(
                         for i in 0..4 {
                             let mut w = (q[64 * k + 4 * r + i] >> (4 * (j % 2)) & 15) as i32;
                             if T::FIFTH {
-                                let at = q5k::MASKS + 64 * (j % 2) + 8 * k;
-                                let mask = u64::from_le_bytes(q[at..at + 8].try_into().unwrap());
-                                w += 16 * (mask >> (4 * r + i) & 1) as i32;
+                                let at = q5k::MASKS + 64 * (j % 2) + 4 * r + i;
+                                w += 16 * (q[at] >> k & 1) as i32;
                             }
                             sum += w * y.qs[32 * j + 4 * k + i] as i32;
                         }

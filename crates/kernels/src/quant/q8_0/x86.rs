@@ -101,6 +101,25 @@ pub(crate) fn bytes_from_bits_32(bits: u32) -> __m256i {
     _mm256_cmpeq_epi8(_mm256_or_si256(bytes, others), _mm256_set1_epi64x(-1))
 }
 
+/// Bit `j` of each byte of a fifth-bit plane as that byte's fifth bit:
+/// 16 or 0. The 16-bit shifts move bits across the bytes of a pair, but
+/// never into bit 4 (at most 4 places left, 3 right).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn fifth_bits(plane: __m256i, j: usize) -> __m256i {
+    let at4 = match j {
+        0 => _mm256_slli_epi16::<4>(plane),
+        1 => _mm256_slli_epi16::<3>(plane),
+        2 => _mm256_slli_epi16::<2>(plane),
+        3 => _mm256_slli_epi16::<1>(plane),
+        4 => plane,
+        5 => _mm256_srli_epi16::<1>(plane),
+        6 => _mm256_srli_epi16::<2>(plane),
+        _ => _mm256_srli_epi16::<3>(plane),
+    };
+    _mm256_and_si256(at4, _mm256_set1_epi8(16))
+}
+
 /// Σ x·y over groups of four bytes → 8 i32 lanes, for unsigned x against
 /// signed y as long as no pair x0·y0 + x1·y1 leaves i16 (true for x ≤ 128
 /// with |y| ≤ 127, or x ≤ 127 with any y).

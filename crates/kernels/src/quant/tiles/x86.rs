@@ -6,7 +6,7 @@
 use super::{check_acts, offsets, pair_bytes, TileBlock, PREPARED_BLOCK, TILE_ROWS};
 use crate::prefetch;
 use crate::quant::multi::Quants;
-use crate::quant::q8_0::x86::{pack_quants_avx2, quantize_block_avx2};
+use crate::quant::q8_0::x86::{fifth_bits, pack_quants_avx2, quantize_block_avx2};
 use crate::quant::q8_0::QK8_0;
 use core::arch::x86_64::*;
 
@@ -255,25 +255,6 @@ pub unsafe fn dot_avx2<B: TileBlock>(
             }
         };
     }
-}
-
-/// Bit `j` of each byte of a fifth-bit plane as that byte's fifth bit:
-/// 16 or 0. The 16-bit shifts move bits across the bytes of a pair, but
-/// never into bit 4 (at most 4 places left, 3 right).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn fifth_bits(plane: __m256i, j: usize) -> __m256i {
-    let at4 = match j {
-        0 => _mm256_slli_epi16::<4>(plane),
-        1 => _mm256_slli_epi16::<3>(plane),
-        2 => _mm256_slli_epi16::<2>(plane),
-        3 => _mm256_slli_epi16::<1>(plane),
-        4 => plane,
-        5 => _mm256_srli_epi16::<1>(plane),
-        6 => _mm256_srli_epi16::<2>(plane),
-        _ => _mm256_srli_epi16::<3>(plane),
-    };
-    _mm256_and_si256(at4, _mm256_set1_epi8(16))
 }
 
 /// All 16 rows of a tile against one activation (decode, or a batch's

@@ -6,7 +6,7 @@
 
 use super::{activation, min_pair, q4k, q5k, q6k, KTile, Q4K, Q5K, Q6K, SUBS};
 use crate::prefetch;
-use crate::quant::q8_0::x86::bytes_from_bits_32;
+use crate::quant::q8_0::x86::fifth_bits;
 use crate::quant::q8_k::BlockQ8K;
 use crate::quant::tiles::TILE_ROWS;
 use core::arch::x86_64::*;
@@ -105,8 +105,9 @@ unsafe fn group_q4k<T: KTile, const N: usize>(
                     let v = _mm512_loadu_si512(q.add(64 * k).cast());
                     *w = _mm512_and_si512(_mm512_srl_epi16(v, shift), low);
                     if T::FIFTH {
-                        let at = q5k::MASKS + 64 * (j % 2) + 8 * k;
-                        let mask = core::ptr::read_unaligned(q.add(at).cast::<u64>());
+                        // Bit k of each byte of the sub-block's plane.
+                        let plane = _mm512_loadu_si512(q.add(q5k::MASKS + 64 * (j % 2)).cast());
+                        let mask = _mm512_test_epi8_mask(plane, _mm512_set1_epi8(1 << k));
                         *w = _mm512_mask_add_epi8(*w, mask, *w, _mm512_set1_epi8(16));
                     }
                 }
@@ -373,14 +374,12 @@ unsafe fn sb_q4k<T: KTile, const N: usize>(
                 let w0 = _mm256_and_si256(_mm256_srl_epi16(v0, shift), low);
                 let w1 = _mm256_and_si256(_mm256_srl_epi16(v1, shift), low);
                 let (w0, w1) = if T::FIFTH {
-                    // This half's 32 bits of the groups' fifth-bit masks.
-                    let at = q5k::MASKS + 64 * (j % 2) + 4 * half;
-                    let m0 = core::ptr::read_unaligned(pair.add(at + 8 * k).cast::<u32>());
-                    let m1 = core::ptr::read_unaligned(pair.add(at + 8 * (k + 4)).cast::<u32>());
-                    let sixteen = _mm256_set1_epi8(16);
+                    // This half's 32 bytes of the sub-block's plane.
+                    let at = q5k::MASKS + 64 * (j % 2) + 32 * half;
+                    let plane = _mm256_loadu_si256(pair.add(at).cast());
                     (
-                        _mm256_add_epi8(w0, _mm256_and_si256(bytes_from_bits_32(m0), sixteen)),
-                        _mm256_add_epi8(w1, _mm256_and_si256(bytes_from_bits_32(m1), sixteen)),
+                        _mm256_add_epi8(w0, fifth_bits(plane, k)),
+                        _mm256_add_epi8(w1, fifth_bits(plane, k + 4)),
                     )
                 } else {
                     (w0, w1)

@@ -2,7 +2,9 @@
 //! and 2 threads, in GB/s of weight bytes streamed; next to each shape, the
 //! read bandwidth of a buffer of the same size (`read/…`), and the cost of
 //! an empty pool run (`pool/…`). Types with row tiles run a second time
-//! repacked (`Q4_1_tiles/…`), as the models' decode runs them.
+//! repacked (`Q4_1_tiles/…`), as the models' decode runs them, and at the
+//! layer shapes a third time with 64 activations, as a prompt runs them
+//! (`Q4_1_tiles_x64/…`, in multiply-adds per second).
 //!
 //! ```text
 //! cargo bench -p cachefit-kernels --bench matvec                 # everything
@@ -15,7 +17,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kernels::bandwidth::{read_buffer, read_pass};
-use kernels::matmul::{matvec, MatmulScratch};
+use kernels::matmul::{matmul, matvec, MatmulScratch};
 use kernels::matrix::QMatrix;
 use kernels::pool::ThreadPool;
 use kernels::traits::{computable_types, traits};
@@ -27,6 +29,8 @@ use std::time::Duration;
 /// (rows, cols): attention projections, gate/up, down, output head.
 const SHAPES: [(usize, usize); 4] = [(576, 576), (1536, 576), (576, 1536), (49152, 576)];
 const THREADS: [usize; 2] = [1, 2];
+/// Activations of a prompt's pass (`…_tiles_x64`).
+const BATCH: usize = 64;
 
 fn config() -> Criterion {
     Criterion::default()
@@ -92,6 +96,25 @@ fn bench_matvec(c: &mut Criterion) {
                         BenchmarkId::new(format!("{}_tiles", ty.name()), pool.n_threads()),
                         |b| b.iter(|| matvec(pool, &tm, black_box(&x), &mut y, &mut scratch)),
                     );
+                }
+                // A prompt's pass: BATCH activations through the tiles,
+                // throughput in multiply-adds (the layer shapes only).
+                if rows <= 1536 {
+                    g.throughput(Throughput::Elements((rows * cols * BATCH) as u64));
+                    let xs: Vec<f32> = (0..cols * BATCH)
+                        .map(|_| rng.gen_range(-1.0f32..1.0))
+                        .collect();
+                    let mut ys = vec![0.0f32; rows * BATCH];
+                    for pool in &pools {
+                        g.bench_function(
+                            BenchmarkId::new(
+                                format!("{}_tiles_x{BATCH}", ty.name()),
+                                pool.n_threads(),
+                            ),
+                            |b| b.iter(|| matmul(pool, &tm, black_box(&xs), &mut ys, &mut scratch)),
+                        );
+                    }
+                    g.throughput(Throughput::Bytes(n as u64));
                 }
             }
             if !read_sizes.insert(n) {

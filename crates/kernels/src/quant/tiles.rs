@@ -230,7 +230,9 @@ fn pack<B: TileBlock>(src: &[u8], rows: usize, cols: usize, dst: &mut [u8]) {
 }
 
 /// Bytes of one prepared activation block: the 32 quants, then Σy (i32),
-/// dy and dy·Σy (f32), 4 bytes of padding. One block's parts sit together
+/// dy and dy·Σy (f32), and 8·Σy (i32), the zero point of Q4_0 (Q5_0's
+/// twice) ready to broadcast: from Σy each kernel paid a product in a
+/// general register and a move across. One block's parts sit together
 /// so a kernel reaches every part of every activation from one offset
 /// (per-part pointers for 8 activations outnumbered the registers).
 pub(crate) const PREPARED_BLOCK: usize = 48;
@@ -242,7 +244,7 @@ pub fn prepared_bytes(cols: usize) -> usize {
 
 /// An activation quantized like Q8_0 (ggml-cpu's run-time quantizer),
 /// block `b` at byte `48·b` ([`PREPARED_BLOCK`]): `qy` the quants, `sy`
-/// the block's Σy, `dy` its scale and `dsy` dy·Σy.
+/// the block's Σy, `dy` its scale, `dsy` dy·Σy and `sy8` 8·Σy.
 #[derive(Clone, Copy)]
 pub(crate) struct Prepared<'a> {
     bytes: &'a [u8],
@@ -277,6 +279,11 @@ impl<'a> Prepared<'a> {
 
     pub fn dsy(&self, b: usize) -> f32 {
         f32::from_le_bytes(self.word(b, 40))
+    }
+
+    #[cfg(test)]
+    pub fn sy8(&self, b: usize) -> i32 {
+        i32::from_le_bytes(self.word(b, 44))
     }
 }
 
@@ -323,7 +330,7 @@ fn prepare_ref(x: &[f32], dst: &mut [u8]) {
         out[32..36].copy_from_slice(&sum.to_le_bytes());
         out[36..40].copy_from_slice(&d.to_le_bytes());
         out[40..44].copy_from_slice(&(d * sum as f32).to_le_bytes());
-        out[44..48].fill(0);
+        out[44..48].copy_from_slice(&(8 * sum).to_le_bytes());
     }
 }
 

@@ -183,6 +183,7 @@ fn prepared_parts_match_q8_0() {
             assert_eq!(a.sy(b), sum);
             assert_eq!(a.dy(b), x.d.to_f32());
             assert_eq!(a.dsy(b), x.d.to_f32() * sum as f32);
+            assert_eq!(a.sy8(b), 8 * sum);
         }
     }
 }

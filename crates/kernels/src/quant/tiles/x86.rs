@@ -257,6 +257,29 @@ pub unsafe fn dot_avx2<B: TileBlock>(
     }
 }
 
+/// `s − c·Σy` for the prepared activation block at `y` (no zero point for
+/// Q8_0, whose quants were dotted signed), from the block's 8·Σy broadcast
+/// from memory: Q4_0's once, Q5_0's twice.
+///
+/// # Safety
+/// `y` is a prepared block ([`PREPARED_BLOCK`] bytes), on AVX2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn minus_zero_point<B: TileBlock>(s: __m256i, y: *const u8) -> __m256i {
+    // SAFETY: Σy and 8·Σy are bytes 32..36 and 44..48 of the block (the
+    // caller's contract).
+    let word = |at: usize| unsafe { core::ptr::read_unaligned(y.add(at).cast::<i32>()) };
+    match (B::QUANTS, B::C) {
+        (Quants::Signed8, _) | (_, 0) => s,
+        (_, 8) => _mm256_sub_epi32(s, _mm256_set1_epi32(word(44))),
+        (_, 16) => {
+            let z = _mm256_set1_epi32(word(44));
+            _mm256_sub_epi32(_mm256_sub_epi32(s, z), z)
+        }
+        (_, c) => _mm256_sub_epi32(s, _mm256_set1_epi32(c * word(32))),
+    }
+}
+
 /// All 16 rows of a tile against one activation (decode, or a batch's
 /// last): [`half_group`]'s arithmetic for both halves in one pass, so each
 /// 64-byte line of quants is read once, each activation broadcast serves
@@ -332,16 +355,10 @@ unsafe fn whole_one<B: TileBlock>(tile: *const u8, nb: usize, act: *const u8) ->
                     }
                 }
             }
-            // Q8_0's quants were dotted signed: no zero point here.
-            let c = if B::QUANTS == Quants::Signed8 {
-                0
-            } else {
-                B::C
-            };
             let dy = _mm256_set1_ps(*y.add(36).cast::<f32>());
             for (h, (s, acc)) in s.iter().zip(acc.iter_mut()).enumerate() {
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(tile.add(od + 16 * h).cast()));
-                let s = _mm256_add_epi32(*s, _mm256_set1_epi32(-c * *y.add(32).cast::<i32>()));
+                let s = minus_zero_point::<B>(*s, y);
                 *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dy), *acc);
                 if B::HAS_MIN {
                     let m = _mm256_cvtph_ps(_mm_loadu_si128(tile.add(om + 16 * h).cast()));
@@ -439,13 +456,7 @@ unsafe fn half_group<B: TileBlock, const N: usize>(
             }
             for ((a, s), acc) in acts.iter().zip(s.iter()).zip(acc.iter_mut()) {
                 let y = a.add(PREPARED_BLOCK * b);
-                // Q8_0's quants were dotted signed: no zero point here.
-                let c = if B::QUANTS == Quants::Signed8 {
-                    0
-                } else {
-                    B::C
-                };
-                let s = _mm256_add_epi32(*s, _mm256_set1_epi32(-c * *y.add(32).cast::<i32>()));
+                let s = minus_zero_point::<B>(*s, y);
                 let dd = _mm256_mul_ps(d, _mm256_set1_ps(*y.add(36).cast::<f32>()));
                 *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dd, *acc);
                 if B::HAS_MIN {
@@ -488,6 +499,6 @@ pub unsafe fn prepare_avx2(x: &[f32], dst: &mut [u8]) {
         out[32..36].copy_from_slice(&sum.to_le_bytes());
         out[36..40].copy_from_slice(&d.to_le_bytes());
         out[40..44].copy_from_slice(&(d * sum as f32).to_le_bytes());
-        out[44..48].fill(0);
+        out[44..48].copy_from_slice(&(8 * sum).to_le_bytes());
     }
 }

@@ -72,7 +72,7 @@ unsafe fn group<B: TileBlock, const N: usize>(
     // SAFETY: the caller's contract (`# Safety`): the CPU features, and a
     // tile of `nb` blocks of `B` at `tile` and in every activation view, so
     // the offsets of each block `b < nb` (`offsets::<B>(b)`, and
-    // `PREPARED_BLOCK·b` with its 44 bytes of parts) lie inside them.
+    // `PREPARED_BLOCK·b` with its 48 bytes of parts) lie inside them.
     unsafe {
         let mut acc = [_mm512_setzero_ps(); N];
         let low = _mm512_set1_epi8(0x0f);
@@ -216,6 +216,42 @@ pub unsafe fn dot_avx2<B: TileBlock>(
     // The bounds every unchecked load below relies on.
     super::check_dot_bounds::<B>(tile, nb, n, out);
     check_acts(acts, nb, stride, n);
+    if B::QUANTS == Quants::Nibbles5 && n >= UNPACK_FROM {
+        UNPACKED_TILE.with_borrow_mut(|buf| {
+            if buf.len() < UNPACKED_BLOCK * nb {
+                buf.resize(UNPACKED_BLOCK * nb, 0);
+            }
+            // SAFETY: the tile holds nb blocks (asserted above) and `buf`
+            // UNPACKED_BLOCK·nb bytes, which `unpack` fills; this fn's
+            // features; the bounds checked above.
+            unsafe {
+                unpack::<B>(tile.as_ptr(), nb, buf.as_mut_ptr());
+                groups::<B, true>(tile, nb, acts, stride, n, out, buf.as_ptr());
+            }
+        });
+    } else {
+        // SAFETY: this fn's features; the bounds checked above.
+        unsafe { groups::<B, false>(tile, nb, acts, stride, n, out, core::ptr::null()) };
+    }
+}
+
+/// [`dot_avx2`]'s passes over the activations, the quants read from
+/// `unpacked` ([`unpack`]'s bytes of this tile) where `UNPACKED`.
+///
+/// # Safety
+/// As [`dot_avx2`], with its bounds checked, and where `UNPACKED`
+/// `unpacked` holding this tile's `UNPACKED_BLOCK·nb` bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn groups<B: TileBlock, const UNPACKED: bool>(
+    tile: &[u8],
+    nb: usize,
+    acts: &[u8],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+    unpacked: *const u8,
+) {
     let mut c = 0;
     while c < n {
         macro_rules! run {
@@ -224,9 +260,12 @@ pub unsafe fn dot_avx2<B: TileBlock>(
                 let a: [*const u8; $size] =
                     core::array::from_fn(|k| acts.as_ptr().wrapping_add((c + k) * stride));
                 for half in 0..2 {
-                    // SAFETY: the tile holds nb blocks (asserted above) and
-                    // each view nb blocks of every part (check_acts).
-                    let acc = unsafe { half_group::<B, $size>(tile.as_ptr(), nb, half, a) };
+                    // SAFETY: the tile holds nb blocks (asserted by the
+                    // caller) and each view nb blocks of every part
+                    // (check_acts); `unpacked` as this fn's contract.
+                    let acc = unsafe {
+                        half_group::<B, $size, UNPACKED>(tile.as_ptr(), nb, half, a, unpacked)
+                    };
                     for (k, v) in acc.iter().enumerate() {
                         let at = TILE_ROWS * (c + k) + 8 * half;
                         let o = &mut out[at..at + 8];
@@ -370,24 +409,103 @@ unsafe fn whole_one<B: TileBlock>(tile: *const u8, nb: usize, act: *const u8) ->
     }
 }
 
-/// Rows `8·half..8·half + 8` of a tile against `N` activations.
+/// Bytes of one block of a tile unpacked by [`unpack`]: 16 rows × 32
+/// quants.
+const UNPACKED_BLOCK: usize = 512;
+
+/// Activations per call from which [`dot_avx2`] unpacks a 5-bit tile once
+/// instead of once per group of 4: each unpacked group then serves them
+/// all (the fifth bits were 6 of some 14 operations per group). 4-bit
+/// tiles unpack in 3 and ran 0.85-0.93x unpacked (stored, then loaded).
+const UNPACK_FROM: usize = 8;
+
+/// Group `k` of one half of a 4- or 5-bit block at `q` (that half's first
+/// byte) as the quants' low and high nibbles, each a byte, the fifth bits
+/// added.
 ///
 /// # Safety
-/// As [`group`], on AVX2.
+/// `q` is a half of a block of `B` inside a tile, on AVX2.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn half_group<B: TileBlock, const N: usize>(
+unsafe fn unpack_group<B: TileBlock>(q: *const u8, k: usize) -> (__m256i, __m256i) {
+    let low = _mm256_set1_epi8(0x0f);
+    // SAFETY: group k's 32 bytes of this half and its 32 bytes of the
+    // fifth-bit plane (256 bytes on) are inside the block (the caller's
+    // contract).
+    let (w, plane) = unsafe {
+        (
+            _mm256_loadu_si256(q.add(64 * k).cast()),
+            if B::QUANTS == Quants::Nibbles5 {
+                _mm256_loadu_si256(q.add(256).cast())
+            } else {
+                _mm256_setzero_si256()
+            },
+        )
+    };
+    let lo = _mm256_and_si256(w, low);
+    let hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
+    if B::QUANTS == Quants::Nibbles5 {
+        (
+            _mm256_add_epi8(lo, fifth_bits(plane, 2 * k)),
+            _mm256_add_epi8(hi, fifth_bits(plane, 2 * k + 1)),
+        )
+    } else {
+        (lo, hi)
+    }
+}
+
+/// The quants of a 4- or 5-bit tile of `nb` blocks as bytes: block `b`,
+/// group `k`, half `h` at `UNPACKED_BLOCK·b + 128k + 64h`, low nibbles
+/// then high, what [`unpack_group`] gives.
+///
+/// # Safety
+/// A tile of `nb` blocks of `B` at `tile`; `dst` holds
+/// `UNPACKED_BLOCK·nb` bytes; on AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack<B: TileBlock>(tile: *const u8, nb: usize, dst: *mut u8) {
+    for b in 0..nb {
+        let (oq, _, _) = offsets::<B>(b);
+        for k in 0..4 {
+            for h in 0..2 {
+                // SAFETY: block b < nb is in the tile, and its unpacked
+                // bytes in `dst` (the caller's contract).
+                unsafe {
+                    let (lo, hi) = unpack_group::<B>(tile.add(oq + 32 * h), k);
+                    let u = dst.add(UNPACKED_BLOCK * b + 128 * k + 64 * h);
+                    _mm256_storeu_si256(u.cast(), lo);
+                    _mm256_storeu_si256(u.add(32).cast(), hi);
+                }
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Each thread's buffer for [`unpack`]: grown to the widest tile seen.
+    static UNPACKED_TILE: core::cell::RefCell<Vec<u8>> =
+        const { core::cell::RefCell::new(Vec::new()) };
+}
+
+/// Rows `8·half..8·half + 8` of a tile against `N` activations, the
+/// quants read from `unpacked` where `UNPACKED`.
+///
+/// # Safety
+/// As [`group`], on AVX2; where `UNPACKED`, `unpacked` holds [`unpack`]'s
+/// bytes of this tile.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn half_group<B: TileBlock, const N: usize, const UNPACKED: bool>(
     tile: *const u8,
     nb: usize,
     half: usize,
     acts: [*const u8; N],
+    unpacked: *const u8,
 ) -> [__m256; N] {
     // SAFETY: the caller's contract (`# Safety`): the CPU features, and a
     // tile of `nb` blocks of `B` at `tile` and in every activation view, so
     // the offsets of each block `b < nb` (`offsets::<B>(b)`, and
-    // `PREPARED_BLOCK·b` with its 44 bytes of parts) lie inside them.
+    // `PREPARED_BLOCK·b` with its 48 bytes of parts) lie inside them.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); N];
-        let low = _mm256_set1_epi8(0x0f);
         let ones = _mm256_set1_epi16(1);
         macro_rules! bcast {
             ($y:expr, $off:expr) => {
@@ -414,15 +532,16 @@ unsafe fn half_group<B: TileBlock, const N: usize>(
                     let per_madd = if B::QUANTS == Quants::Nibbles { 4 } else { 2 };
                     let mut p16 = [_mm256_setzero_si256(); N];
                     for k in 0..4 {
-                        let w = _mm256_loadu_si256(q.add(64 * k).cast());
-                        let mut lo = _mm256_and_si256(w, low);
-                        let mut hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
-                        if B::QUANTS == Quants::Nibbles5 {
-                            // This half's 32 bytes of the fifth-bit plane.
-                            let plane = _mm256_loadu_si256(q.add(256).cast());
-                            lo = _mm256_add_epi8(lo, fifth_bits(plane, 2 * k));
-                            hi = _mm256_add_epi8(hi, fifth_bits(plane, 2 * k + 1));
-                        }
+                        let (lo, hi) = if UNPACKED {
+                            // What `unpack` stored for this block, group, half.
+                            let u = unpacked.add(UNPACKED_BLOCK * b + 128 * k + 64 * half);
+                            (
+                                _mm256_loadu_si256(u.cast()),
+                                _mm256_loadu_si256(u.add(32).cast()),
+                            )
+                        } else {
+                            unpack_group::<B>(q, k)
+                        };
                         for ((a, s), p16) in acts.iter().zip(s.iter_mut()).zip(p16.iter_mut()) {
                             let y = a.add(PREPARED_BLOCK * b);
                             let p = _mm256_add_epi16(

@@ -457,6 +457,22 @@ unsafe fn sb_q6k<T: KTile, const N: usize>(
             let at = q6k::SC + 32 * j + 8 * half;
             let sc0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(t.add(at).cast()));
             let sc1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(t.add(at + 16).cast()));
+            // The zero point's factors: 32 times each row's two scales as
+            // the i16 pair of its lane (|32·sc| ≤ 4096), against the pair
+            // of Q8_K sums.
+            let zsc = _mm256_slli_epi16(
+                _mm256_or_si256(_mm256_and_si256(sc0, low16), _mm256_slli_epi32(sc1, 16)),
+                5,
+            );
+            // The zero point: 32·sc·Σy per 16, Σy from Q8_K's sums: the
+            // pair for sub-block j is one 32-bit broadcast from memory, and
+            // one madd against `zsc` gives both terms (each ≤ 4096·2032,
+            // exact in i32 like the whole sum).
+            for (a, isum) in acts.iter().zip(isum.iter_mut()) {
+                let sums = a.get_unchecked(s).bsums.as_ptr().add(2 * j);
+                let pair = _mm256_set1_epi32(core::ptr::read_unaligned(sums.cast::<i32>()));
+                *isum = _mm256_sub_epi32(*isum, _mm256_madd_epi16(zsc, pair));
+            }
             // Each row's scale in both i16 halves of its lane, for madd.
             let sc0 = _mm256_or_si256(_mm256_and_si256(sc0, low16), _mm256_slli_epi32(sc0, 16));
             let sc1 = _mm256_or_si256(_mm256_and_si256(sc1, low16), _mm256_slli_epi32(sc1, 16));
@@ -497,17 +513,6 @@ unsafe fn sb_q6k<T: KTile, const N: usize>(
                         _mm256_add_epi32(_mm256_madd_epi16(p0, sc0), _mm256_madd_epi16(p1, sc1));
                     *isum = _mm256_add_epi32(*isum, sum);
                 }
-            }
-            // The zero point: 32·sc·Σy per 16, Σy from Q8_K's sums.
-            for (a, isum) in acts.iter().zip(isum.iter_mut()) {
-                let yb = a.get_unchecked(s);
-                let y0 = *yb.bsums.get_unchecked(2 * j) as u16 as i32;
-                let y1 = *yb.bsums.get_unchecked(2 * j + 1) as u16 as i32;
-                let off = _mm256_add_epi32(
-                    _mm256_madd_epi16(sc0, _mm256_set1_epi32(y0)),
-                    _mm256_madd_epi16(sc1, _mm256_set1_epi32(y1)),
-                );
-                *isum = _mm256_sub_epi32(*isum, _mm256_slli_epi32(off, 5));
             }
         }
         for ((a, isum), acc) in acts.iter().zip(isum).zip(acc.iter_mut()) {

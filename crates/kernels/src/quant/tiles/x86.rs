@@ -331,11 +331,10 @@ unsafe fn minus_zero_point<B: TileBlock>(s: __m256i, y: *const u8) -> __m256i {
 unsafe fn whole_one<B: TileBlock>(tile: *const u8, nb: usize, act: *const u8) -> [__m256; 2] {
     // SAFETY: the caller's contract: a tile of `nb` blocks of `B` at `tile`
     // and an activation view of nb blocks at `act`, so the offsets of each
-    // block `b < nb` (`offsets::<B>(b)`, and `PREPARED_BLOCK·b` with its 44
+    // block `b < nb` (`offsets::<B>(b)`, and `PREPARED_BLOCK·b` with its 48
     // bytes of parts) lie inside them. The prefetch is a hint.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); 2];
-        let low = _mm256_set1_epi8(0x0f);
         let ones = _mm256_set1_epi16(1);
         let bcast = |y: *const u8, off: usize| {
             _mm256_set1_epi32(core::ptr::read_unaligned(y.add(off).cast::<i32>()))
@@ -359,15 +358,7 @@ unsafe fn whole_one<B: TileBlock>(tile: *const u8, nb: usize, act: *const u8) ->
                     for k in 0..4 {
                         let (ylo, yhi) = (bcast(y, 4 * k), bcast(y, 16 + 4 * k));
                         for h in 0..2 {
-                            let w = _mm256_loadu_si256(q.add(64 * k + 32 * h).cast());
-                            let mut lo = _mm256_and_si256(w, low);
-                            let mut hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
-                            if B::QUANTS == Quants::Nibbles5 {
-                                // Half h's 32 bytes of the fifth-bit plane.
-                                let plane = _mm256_loadu_si256(q.add(256 + 32 * h).cast());
-                                lo = _mm256_add_epi8(lo, fifth_bits(plane, 2 * k));
-                                hi = _mm256_add_epi8(hi, fifth_bits(plane, 2 * k + 1));
-                            }
+                            let (lo, hi) = unpack_group::<B>(q.add(32 * h), k);
                             let p = _mm256_add_epi16(
                                 _mm256_maddubs_epi16(lo, ylo),
                                 _mm256_maddubs_epi16(hi, yhi),

@@ -208,9 +208,12 @@ def run_open_server(binary, browser, out, model):
         set_setting(browser, "#set-max-tokens", 120)
         set_setting(browser, "#set-temperature", 0)
 
-        # A reply, streamed.
+        # A reply, streamed. Greedy, on a prompt whose greedy reply runs
+        # to the 120-token limit: the reply to "ROMEO: What light through
+        # yonder window breaks?" became 6 tokens, done within two of the
+        # page's frames, and the clean-clone CI run of 9f3321d failed here.
         browser.js(OBSERVE)
-        browser.type_into("#input", "ROMEO: What light through yonder window breaks?")
+        browser.type_into("#input", "Tell me about the history of Rome.")
         browser.click("#send")
         wait_for(lambda: browser.js("document.body.classList.contains('busy')") is False
                  and browser.js("!!document.querySelector('.msg.assistant .stats')"), "the reply", timeout=60)
@@ -218,7 +221,7 @@ def run_open_server(binary, browser, out, model):
         final = browser.js("document.querySelector('.msg.assistant .content').textContent")
         print(f"  reply ({len(final)} chars): {final[:100]!r}...")
         partial = [n for n in lengths if n < len(final)]
-        check(len(final) > 20, "the reply has text")
+        check(len(final) > 200, "the reply has text (over 200 characters)")
         check(len(partial) >= 2, f"the reply streamed: {len(partial)} partial states seen before the end ({lengths[:12]}...)")
         stats = browser.js("document.querySelector('.msg.assistant .stats').textContent")
         print("  stats:", stats)

@@ -91,15 +91,16 @@ else
     echo "*** NOTE: could not install the aarch64 target; NEON code not checked ***"
 fi
 
-step "fuzz targets (nightly + cargo-fuzz): GGUF header 60 s; HTTP requests, chat templates, tokenizers, memory-file reader 30 s each"
+step "fuzz targets (nightly + cargo-fuzz): GGUF header 45 s; HTTP requests, chat templates, tokenizers, memory-file reader 20 s each"
 # Seed corpora are committed under fuzz/seeds/TARGET; what the fuzzer adds
 # goes to fuzz/corpus/TARGET (not committed). A crash fails the step with
-# the input saved under fuzz/artifacts/TARGET/.
+# the input saved under fuzz/artifacts/TARGET/. Short runs (CI's whole job
+# stays under 45 minutes); a longer one: cd fuzz && cargo +nightly fuzz run NAME.
 if cargo +nightly --version >/dev/null 2>&1; then
     command -v cargo-fuzz >/dev/null 2>&1 || cargo install --quiet --locked cargo-fuzz
     (cd fuzz && cargo +nightly fuzz build --release) > target/fuzz-build.log 2>&1 \
         || { tail -40 target/fuzz-build.log; echo "building the fuzz targets failed" >&2; exit 1; }
-    for target in gguf_header:60 http_request:30 chat_template:30 tokenize:30 memory_file:30; do
+    for target in gguf_header:45 http_request:20 chat_template:20 tokenize:20 memory_file:20; do
         name=${target%%:*}
         secs=${target##*:}
         mkdir -p fuzz/corpus/$name

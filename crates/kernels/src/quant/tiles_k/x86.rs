@@ -353,47 +353,18 @@ unsafe fn sb_q4k<T: KTile, const N: usize>(
 ) {
     // SAFETY: as in `group_q4k`; this half's rows are 8 lanes further.
     unsafe {
-        let low = _mm256_set1_epi8(0x0f);
-
         let t = tile.add(s * T::SB);
         let d = _mm256_cvtph_ps(_mm_loadu_si128(t.add(16 * half).cast()));
         let dmin = _mm256_cvtph_ps(_mm_loadu_si128(t.add(q4k::DMIN + 16 * half).cast()));
         let mut isum = [_mm256_setzero_si256(); N];
         let mut summ = [_mm256_setzero_si256(); N];
-        for j in 0..SUBS {
-            let at = q4k::SC + 16 * j + 8 * half;
-            let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(t.add(at).cast()));
-            // The row's scale in both i16 halves of its lane, for madd.
-            let sc = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
-            let pair = t.add(q4k::QS + T::PAIR * (j / 2));
-            let q = pair.add(32 * half);
-            let shift = _mm_cvtsi32_si128(4 * (j % 2) as i32);
-            for k in 0..4 {
-                let v0 = _mm256_loadu_si256(q.add(64 * k).cast());
-                let v1 = _mm256_loadu_si256(q.add(64 * (k + 4)).cast());
-                let w0 = _mm256_and_si256(_mm256_srl_epi16(v0, shift), low);
-                let w1 = _mm256_and_si256(_mm256_srl_epi16(v1, shift), low);
-                let (w0, w1) = if T::FIFTH {
-                    // This half's 32 bytes of the sub-block's plane.
-                    let at = q5k::MASKS + 64 * (j % 2) + 32 * half;
-                    let plane = _mm256_loadu_si256(pair.add(at).cast());
-                    (
-                        _mm256_add_epi8(w0, fifth_bits(plane, k)),
-                        _mm256_add_epi8(w1, fifth_bits(plane, k + 4)),
-                    )
-                } else {
-                    (w0, w1)
-                };
-                for (a, isum) in acts.iter().zip(isum.iter_mut()) {
-                    let y = a.get_unchecked(s).qs.as_ptr().add(32 * j);
-                    // Each pair ≤ 2·31·127, two of them ≤ 15748: i16.
-                    let p = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(w0, bcast256!(y, 4 * k)),
-                        _mm256_maddubs_epi16(w1, bcast256!(y, 16 + 4 * k)),
-                    );
-                    *isum = _mm256_add_epi32(*isum, _mm256_madd_epi16(p, sc));
-                }
-            }
+        // Sub-blocks in pairs: the odd one takes the high nibbles, and as
+        // a constant its shift is an immediate or none (a shift by a
+        // register count was one of ~10 operations per 32 quants, and
+        // half of them shifted by zero).
+        for j in (0..SUBS).step_by(2) {
+            sub_q4k::<T, N, false>(t, s, j, half, acts, &mut isum);
+            sub_q4k::<T, N, true>(t, s, j + 1, half, acts, &mut isum);
         }
         for p in 0..4 {
             let at = q4k::MIN + 32 * p + 16 * half;
@@ -407,6 +378,64 @@ unsafe fn sb_q4k<T: KTile, const N: usize>(
             let dy = _mm256_set1_ps(a.get_unchecked(s).d);
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dy), *acc);
             *acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_mul_ps(dmin, dy), *acc);
+        }
+    }
+}
+
+/// Sub-block `j` (odd where `ODD`) of superblock `s` at `t`, rows
+/// `8·half..8·half + 8` of a Q4_K (or Q5_K) tile, against `N`
+/// activations: the scaled quant sums added to `isum`.
+///
+/// # Safety
+/// As [`sb_q4k`], with `t` the superblock's start and `j < SUBS`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn sub_q4k<T: KTile, const N: usize, const ODD: bool>(
+    t: *const u8,
+    s: usize,
+    j: usize,
+    half: usize,
+    acts: [&[BlockQ8K]; N],
+    isum: &mut [__m256i; N],
+) {
+    // SAFETY: as in `sb_q4k` (the caller's contract): sub-block j's
+    // scales, quants and fifth-bit plane are inside the superblock.
+    unsafe {
+        let low = _mm256_set1_epi8(0x0f);
+        let at = q4k::SC + 16 * j + 8 * half;
+        let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(t.add(at).cast()));
+        // The row's scale in both i16 halves of its lane, for madd.
+        let sc = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+        let pair = t.add(q4k::QS + T::PAIR * (j / 2));
+        let q = pair.add(32 * half);
+        let nibbles = |v: __m256i| {
+            let v = if ODD { _mm256_srli_epi16::<4>(v) } else { v };
+            _mm256_and_si256(v, low)
+        };
+        for k in 0..4 {
+            let v0 = _mm256_loadu_si256(q.add(64 * k).cast());
+            let v1 = _mm256_loadu_si256(q.add(64 * (k + 4)).cast());
+            let (w0, w1) = (nibbles(v0), nibbles(v1));
+            let (w0, w1) = if T::FIFTH {
+                // This half's 32 bytes of the sub-block's plane.
+                let at = q5k::MASKS + 64 * (j % 2) + 32 * half;
+                let plane = _mm256_loadu_si256(pair.add(at).cast());
+                (
+                    _mm256_add_epi8(w0, fifth_bits(plane, k)),
+                    _mm256_add_epi8(w1, fifth_bits(plane, k + 4)),
+                )
+            } else {
+                (w0, w1)
+            };
+            for (a, isum) in acts.iter().zip(isum.iter_mut()) {
+                let y = a.get_unchecked(s).qs.as_ptr().add(32 * j);
+                // Each pair ≤ 2·31·127, two of them ≤ 15748: i16.
+                let p = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(w0, bcast256!(y, 4 * k)),
+                    _mm256_maddubs_epi16(w1, bcast256!(y, 16 + 4 * k)),
+                );
+                *isum = _mm256_add_epi32(*isum, _mm256_madd_epi16(p, sc));
+            }
         }
     }
 }
@@ -446,78 +475,104 @@ unsafe fn sb_q6k<T: KTile, const N: usize>(
 ) {
     // SAFETY: as in `group_q4k`; this half's rows are 8 lanes further.
     unsafe {
-        let low = _mm256_set1_epi8(0x0f);
-        let top = _mm256_set1_epi8(0x30);
-        let low16 = _mm256_set1_epi32(0xffff);
-
         let t = tile.add(s * Q6K::SB);
         let d = _mm256_cvtph_ps(_mm_loadu_si128(t.add(16 * half).cast()));
         let mut isum = [_mm256_setzero_si256(); N];
-        for j in 0..SUBS {
-            let at = q6k::SC + 32 * j + 8 * half;
-            let sc0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(t.add(at).cast()));
-            let sc1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(t.add(at + 16).cast()));
-            // The zero point's factors: 32 times each row's two scales as
-            // the i16 pair of its lane (|32·sc| ≤ 4096), against the pair
-            // of Q8_K sums.
-            let zsc = _mm256_slli_epi16(
-                _mm256_or_si256(_mm256_and_si256(sc0, low16), _mm256_slli_epi32(sc1, 16)),
-                5,
-            );
-            // The zero point: 32·sc·Σy per 16, Σy from Q8_K's sums: the
-            // pair for sub-block j is one 32-bit broadcast from memory, and
-            // one madd against `zsc` gives both terms (each ≤ 4096·2032,
-            // exact in i32 like the whole sum).
-            for (a, isum) in acts.iter().zip(isum.iter_mut()) {
-                let sums = a.get_unchecked(s).bsums.as_ptr().add(2 * j);
-                let pair = _mm256_set1_epi32(core::ptr::read_unaligned(sums.cast::<i32>()));
-                *isum = _mm256_sub_epi32(*isum, _mm256_madd_epi16(zsc, pair));
-            }
-            // Each row's scale in both i16 halves of its lane, for madd.
-            let sc0 = _mm256_or_si256(_mm256_and_si256(sc0, low16), _mm256_slli_epi32(sc0, 16));
-            let sc1 = _mm256_or_si256(_mm256_and_si256(sc1, low16), _mm256_slli_epi32(sc1, 16));
-            let q = t.add(q6k::QS + q6k::PAIR * (j / 2) + 32 * half);
-            let odd = (j % 2) as i32;
-            let shift = _mm_cvtsi32_si128(4 * odd);
-            let up = _mm_cvtsi32_si128(4 - 2 * odd);
-            let down = _mm_cvtsi32_si128(2 * odd);
-            // Groups m and m + 1 (then m + 4, m + 5) share one madd.
-            for m in [0, 2] {
-                let mut w = [_mm256_setzero_si256(); 4];
-                for (i, w) in w.iter_mut().enumerate() {
-                    let g = m + i % 2;
-                    let h = _mm256_loadu_si256(q.add(q6k::HIGH + 64 * g).cast());
-                    let h = if i < 2 {
-                        _mm256_sll_epi16(h, up)
-                    } else {
-                        _mm256_srl_epi16(h, down)
-                    };
-                    let v = _mm256_loadu_si256(q.add(64 * (g + 4 * (i / 2))).cast());
-                    *w = _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srl_epi16(v, shift), low),
-                        _mm256_and_si256(h, top),
-                    );
-                }
-                for (a, isum) in acts.iter().zip(isum.iter_mut()) {
-                    let y = a.get_unchecked(s).qs.as_ptr().add(32 * j);
-                    // Each pair ≤ 2·63·127, two of them ≤ 32004: i16.
-                    let p0 = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(w[0], bcast256!(y, 4 * m)),
-                        _mm256_maddubs_epi16(w[1], bcast256!(y, 4 * m + 4)),
-                    );
-                    let p1 = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(w[2], bcast256!(y, 16 + 4 * m)),
-                        _mm256_maddubs_epi16(w[3], bcast256!(y, 20 + 4 * m)),
-                    );
-                    let sum =
-                        _mm256_add_epi32(_mm256_madd_epi16(p0, sc0), _mm256_madd_epi16(p1, sc1));
-                    *isum = _mm256_add_epi32(*isum, sum);
-                }
-            }
+        // In pairs, as in `sb_q4k`: each shift of the quants an immediate
+        // or none.
+        for j in (0..SUBS).step_by(2) {
+            sub_q6k::<N, false>(t, s, j, half, acts, &mut isum);
+            sub_q6k::<N, true>(t, s, j + 1, half, acts, &mut isum);
         }
         for ((a, isum), acc) in acts.iter().zip(isum).zip(acc.iter_mut()) {
             let dy = _mm256_set1_ps(a.get_unchecked(s).d);
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dy), *acc);
+        }
+    }
+}
+
+/// Sub-block `j` (odd where `ODD`) of superblock `s` at `t`, rows
+/// `8·half..8·half + 8` of a Q6_K tile, against `N` activations: the
+/// scaled quant sums, less the zero point, added to `isum`.
+///
+/// # Safety
+/// As [`sb_q6k`], with `t` the superblock's start and `j < SUBS`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn sub_q6k<const N: usize, const ODD: bool>(
+    t: *const u8,
+    s: usize,
+    j: usize,
+    half: usize,
+    acts: [&[BlockQ8K]; N],
+    isum: &mut [__m256i; N],
+) {
+    // SAFETY: as in `sb_q6k` (the caller's contract): sub-block j's
+    // scales, quants and high bits are inside the superblock, and each
+    // activation's superblock s is in bounds.
+    unsafe {
+        let low = _mm256_set1_epi8(0x0f);
+        let top = _mm256_set1_epi8(0x30);
+        let low16 = _mm256_set1_epi32(0xffff);
+        let at = q6k::SC + 32 * j + 8 * half;
+        let sc0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(t.add(at).cast()));
+        let sc1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(t.add(at + 16).cast()));
+        // The zero point's factors: 32 times each row's two scales as
+        // the i16 pair of its lane (|32·sc| ≤ 4096), against the pair
+        // of Q8_K sums.
+        let zsc = _mm256_slli_epi16(
+            _mm256_or_si256(_mm256_and_si256(sc0, low16), _mm256_slli_epi32(sc1, 16)),
+            5,
+        );
+        // The zero point: 32·sc·Σy per 16, Σy from Q8_K's sums: the
+        // pair for sub-block j is one 32-bit broadcast from memory, and
+        // one madd against `zsc` gives both terms (each ≤ 4096·2032,
+        // exact in i32 like the whole sum).
+        for (a, isum) in acts.iter().zip(isum.iter_mut()) {
+            let sums = a.get_unchecked(s).bsums.as_ptr().add(2 * j);
+            let pair = _mm256_set1_epi32(core::ptr::read_unaligned(sums.cast::<i32>()));
+            *isum = _mm256_sub_epi32(*isum, _mm256_madd_epi16(zsc, pair));
+        }
+        // Each row's scale in both i16 halves of its lane, for madd.
+        let sc0 = _mm256_or_si256(_mm256_and_si256(sc0, low16), _mm256_slli_epi32(sc0, 16));
+        let sc1 = _mm256_or_si256(_mm256_and_si256(sc1, low16), _mm256_slli_epi32(sc1, 16));
+        let q = t.add(q6k::QS + q6k::PAIR * (j / 2) + 32 * half);
+        // The low nibble (the high one for odd sub-blocks), and the two
+        // high bits moved to bits 4-5: groups m, m + 1 hold them at bits
+        // 0-1 (even) or 2-3 (odd), groups m + 4, m + 5 at 4-5 or 6-7.
+        let nibble = |v: __m256i| {
+            let v = if ODD { _mm256_srli_epi16::<4>(v) } else { v };
+            _mm256_and_si256(v, low)
+        };
+        let high = |h: __m256i, later: bool| match (later, ODD) {
+            (false, false) => _mm256_slli_epi16::<4>(h),
+            (false, true) => _mm256_slli_epi16::<2>(h),
+            (true, false) => h,
+            (true, true) => _mm256_srli_epi16::<2>(h),
+        };
+        // Groups m and m + 1 (then m + 4, m + 5) share one madd.
+        for m in [0, 2] {
+            let mut w = [_mm256_setzero_si256(); 4];
+            for (i, w) in w.iter_mut().enumerate() {
+                let g = m + i % 2;
+                let h = _mm256_loadu_si256(q.add(q6k::HIGH + 64 * g).cast());
+                let v = _mm256_loadu_si256(q.add(64 * (g + 4 * (i / 2))).cast());
+                *w = _mm256_or_si256(nibble(v), _mm256_and_si256(high(h, i >= 2), top));
+            }
+            for (a, isum) in acts.iter().zip(isum.iter_mut()) {
+                let y = a.get_unchecked(s).qs.as_ptr().add(32 * j);
+                // Each pair ≤ 2·63·127, two of them ≤ 32004: i16.
+                let p0 = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(w[0], bcast256!(y, 4 * m)),
+                    _mm256_maddubs_epi16(w[1], bcast256!(y, 4 * m + 4)),
+                );
+                let p1 = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(w[2], bcast256!(y, 16 + 4 * m)),
+                    _mm256_maddubs_epi16(w[3], bcast256!(y, 20 + 4 * m)),
+                );
+                let sum = _mm256_add_epi32(_mm256_madd_epi16(p0, sc0), _mm256_madd_epi16(p1, sc1));
+                *isum = _mm256_add_epi32(*isum, sum);
+            }
         }
     }
 }

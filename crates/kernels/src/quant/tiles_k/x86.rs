@@ -359,9 +359,9 @@ unsafe fn sb_q4k<T: KTile, const N: usize>(
         let mut isum = [_mm256_setzero_si256(); N];
         let mut summ = [_mm256_setzero_si256(); N];
         // Sub-blocks in pairs: the odd one takes the high nibbles, and as
-        // a constant its shift is an immediate or none (a shift by a
-        // register count was one of ~10 operations per 32 quants, and
-        // half of them shifted by zero).
+        // a constant its shift is an immediate or none (shifts by a
+        // register count were 2 of ~9 operations per 64 quants, and half
+        // of them shifted by zero).
         for j in (0..SUBS).step_by(2) {
             sub_q4k::<T, N, false>(t, s, j, half, acts, &mut isum);
             sub_q4k::<T, N, true>(t, s, j + 1, half, acts, &mut isum);
